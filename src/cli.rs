@@ -1,0 +1,65 @@
+//! Command line: `ruleop check | render | schema` (and `run` once the live engine lands).
+//! Every flag can also be set through the environment variable named in `--help`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// A Kubernetes operator that is a declarative rules engine: each rule maps a watched custom
+/// resource to templated children, guarded one-shot actions and status.
+#[derive(Debug, Parser)]
+#[command(name = "ruleop", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the rules and templates live.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Sources {
+    /// Directory of rule files (*.yaml, *.yml; read recursively, dot entries skipped).
+    #[arg(long, env = "RULEOP_RULES", default_value = "rules")]
+    pub rules: PathBuf,
+    /// Directory of templates; a rule names a template by its path relative to this directory.
+    #[arg(long, env = "RULEOP_TEMPLATES", default_value = "templates")]
+    pub templates: PathBuf,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate every rule and template; print each problem as file:line:col and exit 1 if any.
+    Check {
+        #[command(flatten)]
+        sources: Sources,
+    },
+    /// Plan one custom resource offline: print its children as multi-document YAML, then the
+    /// prune list, action decisions (with reasons) and the status patch as comments.
+    Render {
+        #[command(flatten)]
+        sources: Sources,
+        /// The parent object (YAML). A missing uid, namespace or generation gets a placeholder.
+        #[arg(short = 'f', long = "file", env = "RULEOP_RENDER_FILE")]
+        file: PathBuf,
+        /// Directory of YAML files with live children to plan against (their status feeds
+        /// status fields and conditions). Objects without ruleop labels are matched to child
+        /// ids by kind.
+        #[arg(long, env = "RULEOP_OBSERVED")]
+        observed: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml, env = "RULEOP_OUTPUT")]
+        output: OutputFormat,
+    },
+    /// Print the JSON Schema of rule files (for editors; committed as schema/rule.schema.json).
+    Schema,
+}
+
+/// How `render` prints the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Children as YAML documents; everything else as `#` comments.
+    Yaml,
+    /// The whole plan as one JSON object.
+    Json,
+}

@@ -1,0 +1,105 @@
+//! Errors people read: what is wrong, where (file:line:col), and what to do about it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A position in a rule or template file (1-based line and column).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceLocation {
+    /// The file, as given on the command line or found in the directory walk.
+    pub file: PathBuf,
+    /// 1-based line; 0 when only the file is known.
+    pub line: u64,
+    /// 1-based column; 0 when only the line is known.
+    pub column: u64,
+}
+
+impl SourceLocation {
+    /// A location with line and column.
+    pub fn new(file: &Path, line: u64, column: u64) -> Self {
+        SourceLocation {
+            file: file.to_path_buf(),
+            line,
+            column,
+        }
+    }
+
+    /// A location from a serde-saphyr span.
+    pub fn from_span(file: &Path, location: &serde_saphyr::Location) -> Self {
+        Self::new(file, location.line(), location.column())
+    }
+}
+
+impl fmt::Display for SourceLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+            if self.column > 0 {
+                write!(f, ":{}", self.column)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One problem found while loading rules and templates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Where the problem is.
+    pub location: SourceLocation,
+    /// What is wrong.
+    pub message: String,
+    /// What to do about it, when there is something specific to say.
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    /// A diagnostic without a hint.
+    pub fn new(location: SourceLocation, message: impl Into<String>) -> Self {
+        Diagnostic {
+            location,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// Adds what to do about it.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: error: {}", self.location, self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, "\n  hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found in one load, in file order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct Diagnostics(pub Vec<Diagnostic>);
+
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, diagnostic) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{diagnostic}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The 1-based column of a byte offset in `source`.
+pub fn column_of(source: &str, byte_offset: usize) -> u64 {
+    let offset = byte_offset.min(source.len());
+    let line_start = source[..offset].rfind('\n').map_or(0, |i| i + 1);
+    source[line_start..offset].chars().count() as u64 + 1
+}

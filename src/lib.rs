@@ -1,0 +1,19 @@
+//! ruleop: a Kubernetes operator that is a declarative rules engine.
+//!
+//! ```text
+//!  rules/*.yaml + templates/**  --load-->  RuleSet (validated, compiled; swapped whole on reload)
+//!  parent + observed children   --plan-->  Plan (children, prune list, action decisions, status patch)
+//!  Plan                         --apply--> server-side apply, prune, actions, status   (the only I/O)
+//! ```
+//!
+//! Everything left of `apply` is a pure function of values: [`rules::load::load`],
+//! [`plan::plan`]. The offline commands (`check`, `render`) use only that part.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod diagnostic;
+pub mod offline;
+pub mod plan;
+pub mod rules;
+pub mod template;
+pub mod yaml;

@@ -1,0 +1,287 @@
+//! Planning: `plan(rule, parent, observed children) -> Plan`, a pure function of values.
+//!
+//! The plan holds everything one reconcile will do: the rendered children (with labels and a
+//! controller owner reference), the children to prune, each action's decision and reason, and
+//! the status patch (absent when status already holds). All or nothing: any render or
+//! validation error yields a [`PlanError`] and no plan, so no partial child set is ever applied.
+
+pub mod actions;
+pub mod builtin;
+pub mod children;
+pub mod context;
+pub mod status;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::rules::Rule;
+use crate::rules::model::{ConditionSpec, FieldSource};
+use crate::template::{RenderError, Renderer};
+use actions::{ActionDecision, Scope};
+use children::{Declared, DesiredChild, ObjectRef};
+use context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
+use status::WantedCondition;
+
+/// The condition type the engine manages unless a rule defines it.
+pub const READY: &str = "Ready";
+
+/// Why no plan could be made for a parent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The parent object lacks something every plan needs (spec, uid, namespace).
+    #[error("invalid custom resource: {0}")]
+    InvalidParent(String),
+    /// A template or expression failed to render.
+    #[error("render failed: {0}")]
+    Render(#[from] RenderError),
+    /// A child rendered, but not as the one object its rule declares.
+    #[error("child {id:?} ({template}): {message}")]
+    InvalidChild {
+        /// Child or action id.
+        id: String,
+        /// Template name.
+        template: String,
+        /// What is wrong with the rendered object.
+        message: String,
+    },
+}
+
+impl PlanError {
+    /// A CamelCase reason for conditions, Events and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PlanError::InvalidParent(_) => "InvalidParent",
+            PlanError::Render(_) => "RenderFailed",
+            PlanError::InvalidChild { .. } => "InvalidChild",
+        }
+    }
+}
+
+/// Everything one reconcile of one parent will do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Desired children, in rule order.
+    pub children: Vec<DesiredChild>,
+    /// Observed children of this parent that are no longer desired.
+    pub prune: Vec<ObjectRef>,
+    /// One decision per action, in rule order.
+    pub actions: Vec<ActionDecision>,
+    /// The status merge patch, or `None` when the status already holds.
+    pub status_patch: Option<Value>,
+}
+
+/// Computes the plan for one parent. `observed` holds the live objects of the rule's child
+/// kinds carrying this parent's UID label; `now` (RFC 3339) stamps changed conditions.
+pub fn plan(
+    renderer: &Renderer,
+    rule: &Rule,
+    parent: &Value,
+    observed: &[Value],
+    now: &str,
+) -> Result<Plan, PlanError> {
+    let parent_ref = ParentRef::read(parent)?;
+    let ours: Vec<&Value> = observed
+        .iter()
+        .filter(|o| is_child_of(o, &rule.name, &parent_ref.uid))
+        .collect();
+    let by_id: BTreeMap<String, &Value> = ours
+        .iter()
+        .filter_map(|o| Some((label(o, LABEL_CHILD)?.to_owned(), *o)))
+        .collect();
+    let context = context::build(parent, &by_id, &rule.name, None);
+
+    let mut desired = Vec::new();
+    for child in &rule.spec.children {
+        if let Some(when) = &child.when {
+            let label = rule.inline_template(&format!("children.{}.when", child.id.value));
+            if !renderer.eval_bool(&label, &when.value, &context)? {
+                continue;
+            }
+        }
+        let declared = Declared {
+            id: &child.id.value,
+            api_version: &child.api_version,
+            kind: &child.kind,
+            template: &child.template.value,
+        };
+        desired.push(children::desired_child(
+            renderer,
+            &declared,
+            child.on_immutable_change,
+            &parent_ref,
+            &rule.name,
+            &context,
+        )?);
+    }
+    let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
+    let prune = ours
+        .iter()
+        .filter(|o| label(o, LABEL_CHILD).is_some())
+        .filter_map(|o| ObjectRef::of(o))
+        .filter(|target| !wanted.contains(target))
+        .collect();
+
+    let scope = Scope {
+        parent,
+        parent_ref: &parent_ref,
+        children: &by_id,
+        context: &context,
+    };
+    let actions = rule
+        .spec
+        .actions
+        .iter()
+        .map(|action| actions::decide(renderer, rule, action, &scope))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut managed = Map::new();
+    for (field, source) in &rule.spec.status.fields {
+        let value = match &source.value {
+            FieldSource::Template(_) => {
+                json!(renderer.render_text(
+                    &rule.inline_template(&format!("status.fields.{field}")),
+                    &context
+                )?)
+            }
+            FieldSource::FromChild(from) => by_id
+                .get(&from.child)
+                .and_then(|child| first_match(child, &from.json_path))
+                .unwrap_or(Value::Null),
+        };
+        managed.insert(field.clone(), value);
+    }
+    let mut wanted_conditions = rule
+        .spec
+        .status
+        .conditions
+        .iter()
+        .map(|c| evaluate_condition(renderer, rule, c, &context))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !wanted_conditions.iter().any(|c| c.type_ == READY) {
+        wanted_conditions.push(WantedCondition {
+            type_: READY.to_owned(),
+            status: true,
+            reason: "Reconciled".to_owned(),
+            message: format!("{} children applied", desired.len()),
+        });
+    }
+    let status_patch = status_patch(parent, &parent_ref, managed, &wanted_conditions, now);
+    Ok(Plan {
+        children: desired,
+        prune,
+        actions,
+        status_patch,
+    })
+}
+
+/// The status patch reporting a failed plan: `Ready=False` with the error's reason and message.
+/// Other managed fields are left as they were (nothing was applied).
+pub fn failure_status_patch(parent: &Value, error: &PlanError, now: &str) -> Option<Value> {
+    let generation = parent
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let wanted = [WantedCondition {
+        type_: READY.to_owned(),
+        status: false,
+        reason: error.reason().to_owned(),
+        message: error.to_string(),
+    }];
+    let current = parent.get("status").cloned().unwrap_or_else(|| json!({}));
+    let conditions = current
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut managed = Map::new();
+    managed.insert("observedGeneration".to_owned(), json!(generation));
+    managed.insert(
+        "conditions".to_owned(),
+        json!(status::merge_conditions(
+            &conditions,
+            &wanted,
+            generation,
+            now
+        )),
+    );
+    status::patch(&current, managed)
+}
+
+fn status_patch(
+    parent: &Value,
+    parent_ref: &ParentRef,
+    mut managed: Map<String, Value>,
+    wanted: &[WantedCondition],
+    now: &str,
+) -> Option<Value> {
+    let current = parent.get("status").cloned().unwrap_or_else(|| json!({}));
+    let conditions = current
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    managed.insert(
+        "observedGeneration".to_owned(),
+        json!(parent_ref.generation),
+    );
+    managed.insert(
+        "conditions".to_owned(),
+        json!(status::merge_conditions(
+            &conditions,
+            wanted,
+            parent_ref.generation,
+            now
+        )),
+    );
+    status::patch(&current, managed)
+}
+
+fn evaluate_condition(
+    renderer: &Renderer,
+    rule: &Rule,
+    condition: &ConditionSpec,
+    context: &minijinja::Value,
+) -> Result<WantedCondition, PlanError> {
+    let type_ = &condition.type_;
+    let label = rule.inline_template(&format!("status.conditions.{type_}.when"));
+    let status = renderer.eval_bool(&label, &condition.when.value, context)?;
+    let text = |what: &str, given: &Option<String>, default: &str| -> Result<String, PlanError> {
+        match given {
+            Some(_) => Ok(renderer.render_text(
+                &rule.inline_template(&format!("status.conditions.{type_}.{what}")),
+                context,
+            )?),
+            None => Ok(default.to_owned()),
+        }
+    };
+    let reason = if status {
+        text("reason", &condition.reason, "AsExpected")?
+    } else {
+        text("falseReason", &condition.false_reason, "NotYet")?
+    };
+    Ok(WantedCondition {
+        type_: type_.clone(),
+        status,
+        reason,
+        message: text("message", &condition.message, "")?,
+    })
+}
+
+fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object.pointer("/metadata/labels")?.get(key)?.as_str()
+}
+
+/// Whether an observed object carries this rule's labels for this parent.
+pub fn is_child_of(object: &Value, rule: &str, parent_uid: &str) -> bool {
+    label(object, LABEL_RULE) == Some(rule) && label(object, LABEL_PARENT_UID) == Some(parent_uid)
+}
+
+fn first_match(object: &Value, path: &str) -> Option<Value> {
+    jsonpath_rust::query::js_path_vals(path, object)
+        .ok()?
+        .first()
+        .map(|v| (*v).clone())
+}

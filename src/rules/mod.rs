@@ -1,0 +1,80 @@
+//! Rules: the file model, loading and validating a directory into an immutable [`RuleSet`].
+
+pub mod duration;
+pub mod load;
+pub mod model;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::template::Renderer;
+use model::{ChildSpec, RuleSpec};
+
+/// One validated rule.
+#[derive(Debug)]
+pub struct Rule {
+    /// The rule's name (`metadata.name`): the `ruleop.io/rule` label value on its children.
+    pub name: String,
+    /// The file it was read from.
+    pub file: PathBuf,
+    /// The rule as written.
+    pub spec: RuleSpec,
+    /// `spec.resync`, parsed.
+    pub resync: Option<Duration>,
+    /// A digest of the rule document and every template it uses: equal digests mean the
+    /// rule renders the same, so a reload need not re-reconcile its parents.
+    pub digest: String,
+}
+
+impl Rule {
+    /// The name under which an inline string (status field, reason, URL) of this rule is compiled.
+    pub fn inline_template(&self, field_path: &str) -> String {
+        inline_template_name(&self.name, field_path)
+    }
+
+    /// The child with that id.
+    pub fn child(&self, id: &str) -> Option<&ChildSpec> {
+        self.spec.children.iter().find(|c| c.id.value == id)
+    }
+
+    /// The `(apiVersion, kind)` of every object kind the rule creates: children and created actions.
+    pub fn owned_kinds(&self) -> Vec<(String, String)> {
+        let children = self
+            .spec
+            .children
+            .iter()
+            .map(|c| (c.api_version.clone(), c.kind.clone()));
+        let actions = self
+            .spec
+            .actions
+            .iter()
+            .filter_map(|a| a.create.as_ref())
+            .map(|c| (c.api_version.clone(), c.kind.clone()));
+        let mut kinds: Vec<_> = children.chain(actions).collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+}
+
+/// The compiled name of an inline template: `<rule>#<field path>`.
+pub fn inline_template_name(rule: &str, field_path: &str) -> String {
+    format!("{rule}#{field_path}")
+}
+
+/// A complete, validated set of rules with their compiled templates. Immutable: a reload builds
+/// a new one and swaps it in whole.
+#[derive(Debug)]
+pub struct RuleSet {
+    /// The rules, in file order.
+    pub rules: Vec<Rule>,
+    /// Every template and inline string, compiled.
+    pub renderer: Renderer,
+}
+
+impl RuleSet {
+    /// The rule with that name.
+    pub fn rule(&self, name: &str) -> Option<&Rule> {
+        self.rules.iter().find(|r| r.name == name)
+    }
+}

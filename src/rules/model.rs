@@ -1,0 +1,288 @@
+//! The rule file format: serde types for `kind: Rule` documents, with a JSON Schema derived from them.
+//!
+//! Every struct denies unknown fields, so a typo is an error with its location, never a silent no-op.
+//! Strings whose later validation can fail (ids, templates, expressions, JSONPaths) are kept
+//! [`Spanned`] so that error can point at the file, line and column it came from.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+/// The API version of rule documents.
+pub const RULE_API_VERSION: &str = "ruleop.io/v1alpha1";
+/// The kind of rule documents.
+pub const RULE_KIND: &str = "Rule";
+
+/// A string with the place it was read from (file line and column).
+pub type Located<T> = Spanned<T>;
+
+/// One rule: a watched custom resource kind, the children it owns, its guarded actions and its status.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "ruleop Rule")]
+pub struct RuleDocument {
+    /// Must be `ruleop.io/v1alpha1`.
+    #[schemars(with = "String")]
+    pub api_version: Located<String>,
+    /// Must be `Rule`.
+    #[schemars(with = "String")]
+    pub kind: Located<String>,
+    /// The rule's name: unique in the rule set; becomes the `ruleop.io/rule` label on children.
+    pub metadata: RuleMetadata,
+    /// What the rule watches and what it produces.
+    pub spec: RuleSpec,
+}
+
+/// Identifies a rule.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RuleMetadata {
+    /// A DNS label (lowercase letters, digits, `-`), at most 63 characters.
+    #[schemars(with = "String")]
+    pub name: Located<String>,
+}
+
+/// What a rule watches and what it produces for each watched object (the parent).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RuleSpec {
+    /// The parent kind this rule reconciles.
+    pub watch: Watch,
+    /// Period of the safety-net re-reconcile of every parent, e.g. `30s`, `10m`, `1h`
+    /// (default: the operator's `--default-resync`). Jittered by up to 10%.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub resync: Option<Located<String>>,
+    /// How many parents of this rule reconcile at once (default 5). One parent never
+    /// reconciles twice at the same time.
+    #[serde(default)]
+    pub max_concurrent_reconciles: Option<u16>,
+    /// Desired child objects, applied server-side on every reconcile.
+    #[serde(default)]
+    pub children: Vec<ChildSpec>,
+    /// Non-idempotent work, run at most once per guard value.
+    #[serde(default)]
+    pub actions: Vec<ActionSpec>,
+    /// What the engine writes to the parent's status subresource.
+    #[serde(default)]
+    pub status: StatusSpec,
+}
+
+/// The watched parent kind and which of its objects the rule applies to.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Watch {
+    /// `group/version` of the parent, e.g. `myorg.io/v1`.
+    pub api_version: String,
+    /// Kind of the parent, e.g. `Database`.
+    pub kind: String,
+    /// Only parents in these namespaces (default: all namespaces).
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Only parents matching this label selector, e.g. `tier=db,env!=dev`.
+    #[serde(default)]
+    pub label_selector: Option<String>,
+}
+
+/// A child object rendered from a template.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChildSpec {
+    /// Unique within the rule; the `ruleop.io/child` label and the key in `children.<id>`.
+    #[schemars(with = "String")]
+    pub id: Located<String>,
+    /// `group/version` the template must render, e.g. `apps/v1`.
+    pub api_version: String,
+    /// Kind the template must render, e.g. `StatefulSet`.
+    pub kind: String,
+    /// Template path relative to the templates directory, e.g. `database/service.yaml.j2`.
+    #[schemars(with = "String")]
+    pub template: Located<String>,
+    /// Jinja expression; when false the child is absent (and pruned if it exists). Default: true.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub when: Option<Located<String>>,
+    /// What to do when an apply is rejected because an immutable field changed.
+    #[serde(default)]
+    pub on_immutable_change: ImmutableChangePolicy,
+}
+
+/// Reaction to an apply rejected because an immutable field changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ImmutableChangePolicy {
+    /// Report it on the parent (condition and Event) and do not retry until the parent changes.
+    #[default]
+    Report,
+    /// Delete the child and create it again from the new rendering.
+    Recreate,
+}
+
+/// A guarded one-shot action.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ActionSpec {
+    /// Unique within the rule; the key under `status.actions`.
+    #[schemars(with = "String")]
+    pub id: Located<String>,
+    /// Jinja expression; the action is considered only while it is true. Default: true.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub when: Option<Located<String>>,
+    /// What makes a run happen at most once.
+    pub guard: Guard,
+    /// Create an object (e.g. a Job) whose name is derived from the idempotency key.
+    #[serde(default)]
+    pub create: Option<CreateAction>,
+    /// Call a webhook with an `Idempotency-Key` header.
+    #[serde(default)]
+    pub http: Option<HttpAction>,
+    /// Where else the run is recorded besides `status.actions.<id>`.
+    #[serde(default)]
+    pub record: Option<Record>,
+}
+
+/// Exactly one of the guard fields must be set.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Guard {
+    /// `true`: run at most once per `metadata.generation`.
+    #[serde(default)]
+    pub generation: bool,
+    /// Skip while this status condition is `True` (e.g. `BackupInitiated`).
+    #[serde(default)]
+    pub condition: Option<String>,
+    /// Run when this annotation's value differs from the value recorded at the last run.
+    #[serde(default)]
+    pub annotation: Option<String>,
+}
+
+/// An object to create once per guard value.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CreateAction {
+    /// `group/version` the template must render.
+    pub api_version: String,
+    /// Kind the template must render.
+    pub kind: String,
+    /// Template path relative to the templates directory. `action.name` holds the derived name.
+    #[schemars(with = "String")]
+    pub template: Located<String>,
+}
+
+/// A webhook call.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpAction {
+    /// Target URL (a Jinja template).
+    #[schemars(with = "String")]
+    pub url: Located<String>,
+    /// HTTP method (default `POST`).
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// Extra headers (values are Jinja templates).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Request body (a Jinja template).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub body: Option<Located<String>>,
+    /// Per-request timeout, e.g. `10s` (default `10s`).
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+fn default_method() -> String {
+    "POST".to_owned()
+}
+
+/// Where a run is recorded for users and for the `condition` guard.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Record {
+    /// A status condition set to `True` when the action starts (e.g. `BackupInitiated`).
+    #[serde(default)]
+    pub condition: Option<String>,
+    /// A top-level status field that gets the start time (RFC 3339), e.g. `lastBackupTime`.
+    #[serde(default)]
+    pub status_field: Option<String>,
+}
+
+/// The parent's status written by the engine.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StatusSpec {
+    /// Top-level status fields: from a child by JSONPath, or a Jinja template string.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, FieldSource>")]
+    pub fields: BTreeMap<String, Located<FieldSource>>,
+    /// Conditions in the standard Kubernetes shape. `Ready` is managed by the engine unless defined here.
+    #[serde(default)]
+    pub conditions: Vec<ConditionSpec>,
+}
+
+/// Where a status field's value comes from.
+#[derive(Debug, Clone, JsonSchema)]
+#[serde(untagged)]
+pub enum FieldSource {
+    /// A Jinja template rendered to a string, e.g. `"{{ metadata.name }}-svc"`.
+    Template(String),
+    /// A value read from an observed child.
+    FromChild(ChildField),
+}
+
+/// A value read from an observed child.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChildField {
+    /// The child's id.
+    pub child: String,
+    /// A JSONPath (RFC 9535) into the child, e.g. `$.status.readyReplicas`. No match gives null.
+    pub json_path: String,
+}
+
+impl<'de> Deserialize<'de> for FieldSource {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SourceVisitor;
+        impl<'de> serde::de::Visitor<'de> for SourceVisitor {
+            type Value = FieldSource;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a template string or a mapping {child, jsonPath}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<FieldSource, A::Error> {
+                ChildField::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(FieldSource::FromChild)
+            }
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<FieldSource, E> {
+                Ok(FieldSource::Template(value.to_owned()))
+            }
+        }
+        deserializer.deserialize_any(SourceVisitor)
+    }
+}
+
+/// A condition computed from a Jinja expression.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConditionSpec {
+    /// Condition type, e.g. `Ready` (PascalCase).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Jinja expression: true gives status `True`, false gives `False`.
+    #[schemars(with = "String")]
+    pub when: Located<String>,
+    /// Reason when true (default `AsExpected`); a Jinja template.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Reason when false (default `NotYet`); a Jinja template.
+    #[serde(default)]
+    pub false_reason: Option<String>,
+    /// Message (a Jinja template), default empty.
+    #[serde(default)]
+    pub message: Option<String>,
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+)
+
+const (
+	serviceClusterIPRange = "10.0.0.0/24"
+	serviceAccountIssuer  = "https://kubernetes.default.svc.cluster.local"
+	apiserverReadyTimeout = 90 * time.Second
+)
+
+// apiServer is a kube-apiserver running in this process.
+type apiServer struct {
+	url  string
+	done chan error // receives Run's result, then is closed
+}
+
+// startAPIServer runs kube-apiserver the way its cobra command does (see
+// k8s.io/kubernetes/cmd/kube-apiserver/app.NewAPIServerCommand and
+// app/testing.StartTestServer) and waits until /readyz is ok. It stops when
+// ctx is cancelled.
+func startAPIServer(ctx context.Context, creds *credentials, etcdURL string) (*apiServer, error) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := listener.Addr().(*net.TCPAddr).Port
+
+	opts, err := apiserverOptions(creds, etcdURL, port)
+	if err != nil {
+		listener.Close()
+		return nil, err
+	}
+	opts.SecureServing.Listener = listener
+
+	server, err := buildServerChain(ctx, opts)
+	if err != nil {
+		listener.Close()
+		return nil, err
+	}
+
+	s := &apiServer{url: fmt.Sprintf("https://127.0.0.1:%d", port), done: make(chan error, 1)}
+	go func() {
+		defer close(s.done)
+		s.done <- server(ctx)
+	}()
+	if err := s.waitReady(ctx, adminRESTConfig(s.url, creds)); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// apiserverArgs are the kube-apiserver command-line flags of the test plane.
+func apiserverArgs(creds *credentials, etcdURL string, port int) []string {
+	return []string{
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--tls-cert-file=" + creds.servingCert,
+		"--tls-private-key-file=" + creds.servingKey,
+		"--cert-dir=" + creds.dir,
+		"--etcd-servers=" + etcdURL,
+		"--token-auth-file=" + creds.tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=" + serviceAccountIssuer,
+		"--service-account-key-file=" + creds.serviceAccount,
+		"--service-account-signing-key-file=" + creds.serviceAccount,
+		"--disable-admission-plugins=ServiceAccount",
+		"--service-cluster-ip-range=" + serviceClusterIPRange,
+		"--endpoint-reconciler-type=none",
+	}
+}
+
+// apiserverOptions parses apiserverArgs into kube-apiserver's own options, as
+// the real binary would.
+func apiserverOptions(creds *credentials, etcdURL string, port int) (*options.ServerRunOptions, error) {
+	opts := options.NewServerRunOptions()
+	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
+	for _, set := range opts.Flags().FlagSets {
+		fs.AddFlagSet(set)
+	}
+	if err := fs.Parse(apiserverArgs(creds, etcdURL, port)); err != nil {
+		return nil, err
+	}
+	if err := opts.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
+		return nil, err
+	}
+	rest.SetDefaultWarningHandler(rest.NoWarnings{})
+	return opts, nil
+}
+
+// buildServerChain completes and validates the options and builds the
+// aggregator -> kube-apiserver -> apiextensions chain. The returned function
+// serves until ctx is cancelled.
+func buildServerChain(ctx context.Context, opts *options.ServerRunOptions) (func(context.Context) error, error) {
+	completedOptions, err := opts.Complete(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if errs := completedOptions.Validate(); len(errs) != 0 {
+		return nil, utilerrors.NewAggregate(errs)
+	}
+	config, err := app.NewConfig(completedOptions)
+	if err != nil {
+		return nil, err
+	}
+	completed, err := config.Complete()
+	if err != nil {
+		return nil, err
+	}
+	chain, err := app.CreateServerChain(completed)
+	if err != nil {
+		return nil, err
+	}
+	prepared, err := chain.PrepareRun()
+	if err != nil {
+		return nil, err
+	}
+	return prepared.Run, nil
+}
+
+// waitReady polls /readyz, then waits for the default namespace, like
+// StartTestServer does.
+func (s *apiServer) waitReady(ctx context.Context, cfg *rest.Config) error {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, apiserverReadyTimeout, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-s.done:
+			return false, fmt.Errorf("stopped while starting: %v", err)
+		default:
+		}
+		status := 0
+		client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
+		if status != http.StatusOK {
+			return false, nil
+		}
+		_, err := client.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
+// wait blocks until the apiserver has stopped or timeout passes.
+func (s *apiServer) wait(timeout time.Duration) {
+	select {
+	case err := <-s.done:
+		if err != nil {
+			klog.ErrorS(err, "kube-apiserver stopped with an error")
+		}
+	case <-time.After(timeout):
+		klog.Errorf("kube-apiserver did not stop within %s", timeout)
+	}
+}
