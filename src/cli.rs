@@ -50,6 +50,9 @@ pub enum Command {
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Yaml, env = "RULEOP_OUTPUT")]
         output: OutputFormat,
+        /// The time stamped on changed conditions (RFC 3339; default: now).
+        #[arg(long, env = "RULEOP_NOW")]
+        now: Option<String>,
     },
     /// Print the JSON Schema of rule files (for editors; committed as schema/rule.schema.json).
     Schema,

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod clock;
 pub mod diagnostic;
 pub mod offline;
 pub mod plan;

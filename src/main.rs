@@ -16,7 +16,11 @@ fn main() -> ExitCode {
             file,
             observed,
             output,
-        } => offline::render(&sources, &file, observed.as_deref(), output),
+            now,
+        } => {
+            let now = now.unwrap_or_else(ruleop::clock::now_rfc3339);
+            offline::render(&sources, &file, observed.as_deref(), output, &now)
+        }
         Command::Schema => Ok(offline::schema()),
     };
     match result {

@@ -97,6 +97,7 @@ pub fn render(
     file: &Path,
     observed_dir: Option<&Path>,
     output: OutputFormat,
+    now: &str,
 ) -> Result<String, CommandError> {
     let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
     let (parent, notes) = read_parent(file)?;
@@ -105,7 +106,6 @@ pub fn render(
         Some(dir) => read_observed(dir, rule, &parent)?,
         None => Vec::new(),
     };
-    let now = "1970-01-01T00:00:00Z";
     let plan = plan::plan(&set.renderer, rule, &parent, &observed, now).map_err(|e| {
         CommandError(format!(
             "{}: error: {e}\n  the parent would get Ready=False (reason {}); nothing would be applied",
@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn safe_filter_is_found_but_not_safer_names() {
-        assert_eq!(find_safe_filter("a: {{ x | safe }}"), Some(9));
+        assert_eq!(find_safe_filter("a: {{ x | safe }}"), Some(8));
         assert_eq!(find_safe_filter("a: {{ x|safe}}"), Some(7));
         assert_eq!(find_safe_filter("a: {{ x | safest }}"), None);
         assert_eq!(find_safe_filter("a: {{ x | tojson }}"), None);

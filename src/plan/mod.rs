@@ -165,7 +165,7 @@ pub fn plan(
             type_: READY.to_owned(),
             status: true,
             reason: "Reconciled".to_owned(),
-            message: format!("{} children applied", desired.len()),
+            message: format!("children applied: {}", desired.len()),
         });
     }
     let status_patch = status_patch(parent, &parent_ref, managed, &wanted_conditions, now);

@@ -302,8 +302,12 @@ impl RuleChecker<'_> {
                     if let Err(e) = jsonpath_rust::parser::parse_json_path(&from.json_path) {
                         self.report(
                             self.at(source),
-                            format!("{path}: invalid JSONPath {:?}: {e}", from.json_path),
-                            None,
+                            format!(
+                                "{path}: invalid JSONPath {:?}: {}",
+                                from.json_path,
+                                one_line(&e.to_string())
+                            ),
+                            Some("write an RFC 9535 path such as $.status.readyReplicas"),
                         );
                     }
                 }
@@ -489,6 +493,16 @@ impl RuleChecker<'_> {
         }
         hex(&hasher.finalize()[..8])
     }
+}
+
+/// A parser's multi-line report (with a source frame) as one line.
+fn one_line(report: &str) -> String {
+    report
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('|') && !l.contains(" | "))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn known(ids: &BTreeMap<String, ()>) -> String {

@@ -16,11 +16,12 @@ const FORBIDDEN_ANYWHERE: &[char] = &['"', '\'', '\\', '{', '}', '[', ']', ','];
 
 /// Why a string cannot be written raw, or `None` when it is inert.
 pub fn why_not_inert(s: &str) -> Option<&'static str> {
-    if let Some(c) = s.chars().find(|c| c.is_control()) {
-        return Some(if c == '\n' || c == '\r' {
-            "a line break"
-        } else {
-            "a control character"
+    let breaks_or_controls =
+        |c: &char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}');
+    if let Some(c) = s.chars().find(breaks_or_controls) {
+        return Some(match c {
+            '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}' => "a line break",
+            _ => "a control character",
         });
     }
     if s.contains(FORBIDDEN_ANYWHERE) {
@@ -172,6 +173,8 @@ mod tests {
             " padded",
             "back\\slash",
             "tab\tinside",
+            "line\u{2028}separator",
+            "next\u{85}line",
         ] {
             assert!(why_not_inert(s).is_some(), "{s:?} should be refused");
         }
