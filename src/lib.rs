@@ -10,6 +10,7 @@
 //! [`plan::plan`]. The offline commands (`check`, `render`) use only that part.
 #![forbid(unsafe_code)]
 
+pub mod apply;
 pub mod cli;
 pub mod clock;
 pub mod diagnostic;

@@ -1,5 +1,6 @@
-//! Offline type checks of rendered built-in kinds against the k8s-openapi types, so a mistyped
-//! field (`replicas: "three"`) is caught with its path before anything reaches the API server.
+//! Offline checks of rendered built-in kinds against the k8s-openapi types, so a mistyped field
+//! (`replicas: "three"`) or an unknown one (`prots:`) is caught with its path before anything
+//! reaches the API server, and one bad child cannot leave a partially applied set behind.
 
 use serde_json::Value;
 
@@ -36,10 +37,34 @@ pub fn check_types(object: &Value) -> Result<(), String> {
     }
 }
 
-fn typed<T: serde::de::DeserializeOwned>(object: &Value) -> Result<(), String> {
-    serde_path_to_error::deserialize::<_, T>(object)
-        .map(drop)
-        .map_err(|e| format!("field {}: {}", e.path(), e.inner()))
+fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(object: &Value) -> Result<(), String> {
+    let parsed: T =
+        serde_path_to_error::deserialize(object).map_err(|e| format!("field {}: {}", e.path(), e.inner()))?;
+    let round_trip = serde_json::to_value(&parsed).map_err(|e| e.to_string())?;
+    match first_unknown_field(object, &round_trip, "") {
+        Some(path) => Err(format!("unknown field {path}")),
+        None => Ok(()),
+    }
+}
+
+/// The first field of `rendered` that the typed round trip dropped: a field the kind does not have.
+fn first_unknown_field(rendered: &Value, round_trip: &Value, path: &str) -> Option<String> {
+    match (rendered, round_trip) {
+        (Value::Object(rendered), Value::Object(kept)) => rendered.iter().find_map(|(key, value)| {
+            let here = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+            match kept.get(key) {
+                Some(kept) => first_unknown_field(value, kept, &here),
+                None if value.is_null() => None,
+                None => Some(here),
+            }
+        }),
+        (Value::Array(rendered), Value::Array(kept)) => rendered
+            .iter()
+            .zip(kept)
+            .enumerate()
+            .find_map(|(i, (value, kept))| first_unknown_field(value, kept, &format!("{path}[{i}]"))),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -56,6 +81,20 @@ mod tests {
             err.starts_with("field spec.replicas: invalid type: string \"three\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn unknown_field_is_reported_with_its_path() {
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a", "labels": {"x": "y"}},
+            "spec": {"ports": [{"port": 1, "protocol": "TCP"}, {"prot": 2}]}});
+        assert_eq!(check_types(&svc), Err("unknown field spec.ports[1].prot".to_owned()));
+    }
+
+    #[test]
+    fn complete_objects_pass() {
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"},
+            "spec": {"selector": {"app": "a"}, "ports": [{"name": "pg", "port": 5432, "targetPort": 5432}]}});
+        assert_eq!(check_types(&svc), Ok(()));
     }
 
     #[test]

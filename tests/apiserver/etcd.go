@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 	"k8s.io/klog/v2"
 )
 
@@ -20,6 +21,7 @@ const (
 type etcdServer struct {
 	etcd      *embed.Etcd
 	clientURL string
+	logLevel  zap.AtomicLevel
 }
 
 // startEtcd starts etcd with its data in dir. The free ports are picked just
@@ -62,9 +64,11 @@ func startEtcdOnce(dir string) (*etcdServer, error) {
 	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.UnsafeNoFsync = true
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
+	logger, level, err := newEtcdLogger()
+	if err != nil {
+		return nil, err
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -72,7 +76,7 @@ func startEtcdOnce(dir string) (*etcdServer, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
-		return &etcdServer{etcd: e, clientURL: clientURL.String()}, nil
+		return &etcdServer{etcd: e, clientURL: clientURL.String(), logLevel: level}, nil
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("etcd failed while starting: %w", err)
@@ -83,8 +87,23 @@ func startEtcdOnce(dir string) (*etcdServer, error) {
 }
 
 // close stops etcd and waits for it to release its listeners and data.
+// Closing makes etcd log every listener it shuts as an error, so errors are
+// muted first.
 func (s *etcdServer) close() {
+	s.logLevel.SetLevel(zap.FatalLevel)
 	s.etcd.Close()
+}
+
+// newEtcdLogger logs errors only, as JSON lines on stderr. The level can be
+// raised later to mute shutdown noise.
+func newEtcdLogger() (*zap.Logger, zap.AtomicLevel, error) {
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
+	cfg.OutputPaths = []string{"stderr"}
+	cfg.ErrorOutputPaths = []string{"stderr"}
+	cfg.Sampling = nil
+	logger, err := cfg.Build()
+	return logger, cfg.Level, err
 }
 
 // freeLoopbackURL returns an http URL on 127.0.0.1 with a port that was free

@@ -106,6 +106,8 @@ k get ns "$ns" >/dev/null 2>&1 && fail "namespace still there"
 echo "namespace deletion: $(($(ms) - start)) ms (the controller waits a fixed 5 s grace period)"
 k delete crd databases.myorg.io >/dev/null
 
-echo "metrics:"
-k get --raw /metrics | grep '^apiserver_request_total' | head -n 5
+metrics=$(k get --raw /metrics)
+grep -q '^apiserver_request_total{' <<<"$metrics" || fail "no apiserver_request_total in /metrics"
+echo "metrics: $(grep -c '^apiserver_request_total{' <<<"$metrics") apiserver_request_total series, e.g."
+grep -m 3 '^apiserver_request_total{' <<<"$metrics"
 echo "smoke: all checks passed"
