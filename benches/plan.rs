@@ -25,16 +25,7 @@ fn plan_database(c: &mut Criterion) {
     let mut group = c.benchmark_group("plan");
     group.throughput(Throughput::Elements(1));
     group.bench_function("database", |b| {
-        b.iter(|| {
-            plan::plan(
-                &set.renderer,
-                rule,
-                &parent,
-                &observed,
-                "2026-11-29T10:00:00Z",
-            )
-            .expect("plans")
-        })
+        b.iter(|| plan::plan(&set.renderer, rule, &parent, &observed, "2026-11-29T10:00:00Z").expect("plans"))
     });
     group.finish();
 }

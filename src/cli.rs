@@ -29,6 +29,24 @@ pub struct Sources {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the operator: one controller per rule, reconciling every watched parent. Uses the
+    /// kubeconfig (KUBECONFIG or ~/.kube/config) or the in-cluster service account.
+    Run {
+        #[command(flatten)]
+        sources: Sources,
+        /// Only watch objects in this namespace (default: all namespaces).
+        #[arg(long, env = "RULEOP_NAMESPACE")]
+        namespace: Option<String>,
+        /// Resync period for rules that set no `resync` (e.g. 30s, 10m, 1h).
+        #[arg(long, env = "RULEOP_DEFAULT_RESYNC", default_value = "10m")]
+        default_resync: String,
+        /// Listen address of /metrics, /healthz and /readyz.
+        #[arg(long, env = "RULEOP_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+        admin_addr: std::net::SocketAddr,
+        /// Log format.
+        #[arg(long, value_enum, env = "RULEOP_LOG_FORMAT", default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
     /// Validate every rule and template; print each problem as file:line:col and exit 1 if any.
     Check {
         #[command(flatten)]
@@ -64,5 +82,14 @@ pub enum OutputFormat {
     /// Children as YAML documents; everything else as `#` comments.
     Yaml,
     /// The whole plan as one JSON object.
+    Json,
+}
+
+/// How `run` writes logs (level filter from RUST_LOG, default `info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
     Json,
 }

@@ -10,12 +10,17 @@
 //! [`plan::plan`]. The offline commands (`check`, `render`) use only that part.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod apply;
 pub mod cli;
 pub mod clock;
+pub mod controller;
 pub mod diagnostic;
+pub mod kinds;
+pub mod metrics;
 pub mod offline;
 pub mod plan;
 pub mod rules;
+pub mod run;
 pub mod template;
 pub mod yaml;

@@ -30,11 +30,7 @@ pub fn check(sources: &Sources) -> Result<String, CommandError> {
     report.push_str(&format!(
         "ok: {} rule(s) valid ({})",
         set.rules.len(),
-        set.rules
-            .iter()
-            .map(|r| r.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        set.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
     ));
     Ok(report)
 }
@@ -50,10 +46,7 @@ fn safe_filter_warnings(templates: &Path) -> Vec<String> {
         let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
         entries.sort();
         for path in entries {
-            if path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-            {
+            if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
                 continue;
             }
             if path.is_dir() {
@@ -81,9 +74,7 @@ fn find_safe_filter(line: &str) -> Option<usize> {
     while let Some(pos) = line[from..].find('|') {
         let at = from + pos;
         let rest = line[at + 1..].trim_start();
-        if rest.starts_with("safe")
-            && !rest[4..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
-        {
+        if rest.starts_with("safe") && !rest[4..].starts_with(|c: char| c.is_alphanumeric() || c == '_') {
             return Some(at);
         }
         from = at + 1;
@@ -115,8 +106,7 @@ pub fn render(
     })?;
     Ok(match output {
         OutputFormat::Json => {
-            serde_json::to_string_pretty(&json!({"rule": rule.name, "notes": notes, "plan": plan}))
-                .unwrap_or_default()
+            serde_json::to_string_pretty(&json!({"rule": rule.name, "notes": notes, "plan": plan})).unwrap_or_default()
         }
         OutputFormat::Yaml => print_yaml(rule, &parent, &notes, &plan),
     })
@@ -147,12 +137,7 @@ fn read_parent(file: &Path) -> Result<(Value, Vec<String>), CommandError> {
         .as_object_mut()
         .map(|m| m.entry("metadata").or_insert_with(|| json!({})))
         .and_then(Value::as_object_mut)
-        .ok_or_else(|| {
-            CommandError(format!(
-                "{}: error: metadata is not a mapping",
-                file.display()
-            ))
-        })?;
+        .ok_or_else(|| CommandError(format!("{}: error: metadata is not a mapping", file.display())))?;
     for (field, placeholder) in [
         ("uid", json!(PLACEHOLDER_UID)),
         ("namespace", json!("default")),
@@ -167,14 +152,8 @@ fn read_parent(file: &Path) -> Result<(Value, Vec<String>), CommandError> {
 }
 
 fn rule_for<'a>(set: &'a RuleSet, parent: &Value, file: &Path) -> Result<&'a Rule, CommandError> {
-    let api_version = parent
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let kind = parent
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let api_version = parent.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind = parent.get("kind").and_then(Value::as_str).unwrap_or_default();
     set.rules
         .iter()
         .find(|r| r.spec.watch.api_version == api_version && r.spec.watch.kind == kind)
@@ -198,12 +177,7 @@ fn read_observed(dir: &Path, rule: &Rule, parent: &Value) -> Result<Vec<Value>, 
         .and_then(Value::as_str)
         .unwrap_or(PLACEHOLDER_UID);
     let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| {
-            CommandError(format!(
-                "{}: error: cannot read directory: {e}",
-                dir.display()
-            ))
-        })?
+        .map_err(|e| CommandError(format!("{}: error: cannot read directory: {e}", dir.display())))?
         .flatten()
         .map(|e| e.path())
         .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
@@ -211,8 +185,8 @@ fn read_observed(dir: &Path, rule: &Rule, parent: &Value) -> Result<Vec<Value>, 
     files.sort();
     let mut observed = Vec::new();
     for path in files {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| CommandError(format!("{}: error: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| CommandError(format!("{}: error: {e}", path.display())))?;
         let docs = yaml::documents(&text).map_err(|e| {
             CommandError(format!(
                 "{}:{}:{}: error: {}",
@@ -257,14 +231,8 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let kind = parent
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let mut out = format!(
-        "# ruleop render: rule {:?}, parent {kind} {name}\n",
-        rule.name
-    );
+    let kind = parent.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let mut out = format!("# ruleop render: rule {:?}, parent {kind} {name}\n", rule.name);
     for note in notes {
         out.push_str(&format!("# note: {note}\n"));
     }
@@ -280,10 +248,7 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
     out.push_str(&format!("# === actions ({}) ===\n", plan.actions.len()));
     for decision in &plan.actions {
         let verdict = if decision.run { "RUN" } else { "skip" };
-        out.push_str(&format!(
-            "# {}: {verdict}: {}\n",
-            decision.id, decision.reason
-        ));
+        out.push_str(&format!("# {}: {verdict}: {}\n", decision.id, decision.reason));
         if let Some(effect) = &decision.effect {
             let printed = match effect {
                 plan::actions::Effect::Create(object) => yaml::to_string(object),

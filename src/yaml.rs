@@ -47,14 +47,13 @@ pub fn kubernetes_options() -> serde_saphyr::Options {
 
 /// Parses a typed value with Kubernetes scalar semantics.
 pub fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, YamlError> {
-    serde_saphyr::from_str_with_options(text, kubernetes_options())
-        .map_err(|e| YamlError::from_saphyr(&e))
+    serde_saphyr::from_str_with_options(text, kubernetes_options()).map_err(|e| YamlError::from_saphyr(&e))
 }
 
 /// Parses every non-empty document of a multi-document stream into JSON values.
 pub fn documents(text: &str) -> Result<Vec<Value>, YamlError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, kubernetes_options())
-        .map_err(|e| YamlError::from_saphyr(&e))?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, kubernetes_options()).map_err(|e| YamlError::from_saphyr(&e))?;
     Ok(docs
         .into_iter()
         .filter(|doc| !doc.is_null())
@@ -64,8 +63,7 @@ pub fn documents(text: &str) -> Result<Vec<Value>, YamlError> {
 
 /// Serialises a value as YAML for people to read (`ruleop render`).
 pub fn to_string(value: &Value) -> String {
-    serde_saphyr::to_string(value)
-        .unwrap_or_else(|e| format!("# cannot print as YAML: {e}\n{value}\n"))
+    serde_saphyr::to_string(value).unwrap_or_else(|e| format!("# cannot print as YAML: {e}\n{value}\n"))
 }
 
 /// Go's JSON encoder prints a float64 with no fraction as an integer; do the same so that
@@ -76,9 +74,7 @@ fn integral_floats_to_integers(value: Value) -> Value {
             Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
             _ => Value::Number(n),
         },
-        Value::Array(items) => {
-            Value::Array(items.into_iter().map(integral_floats_to_integers).collect())
-        }
+        Value::Array(items) => Value::Array(items.into_iter().map(integral_floats_to_integers).collect()),
         Value::Object(map) => Value::Object(
             map.into_iter()
                 .map(|(k, v)| (k, integral_floats_to_integers(v)))
@@ -104,32 +100,20 @@ mod tests {
             one("a: yes\nb: on\nc: y\nd: off\ne: no"),
             json!({"a": true, "b": true, "c": true, "d": false, "e": false})
         );
-        assert_eq!(
-            one("a: 1e3\nb: 1.5\nc: 08"),
-            json!({"a": 1000, "b": 1.5, "c": 8})
-        );
-        assert_eq!(
-            one("a: '16'\nb: 16\nc: ~"),
-            json!({"a": "16", "b": 16, "c": null})
-        );
+        assert_eq!(one("a: 1e3\nb: 1.5\nc: 08"), json!({"a": 1000, "b": 1.5, "c": 8}));
+        assert_eq!(one("a: '16'\nb: 16\nc: ~"), json!({"a": "16", "b": 16, "c": null}));
         assert_eq!(one("a: 0x1F\nb: 1_000"), json!({"a": 31, "b": 1000}));
     }
 
     #[test]
     fn empty_documents_are_skipped() {
-        assert_eq!(
-            documents("---\na: 1\n---\n").expect("valid"),
-            vec![json!({"a": 1})]
-        );
+        assert_eq!(documents("---\na: 1\n---\n").expect("valid"), vec![json!({"a": 1})]);
     }
 
     #[test]
     fn syntax_error_has_position_and_bare_message() {
         let err = documents("a: b\n  c: [\n").expect_err("invalid");
         assert_eq!((err.line, err.column), (Some(2), Some(4)));
-        assert_eq!(
-            err.message,
-            "mapping values are not allowed in this context"
-        );
+        assert_eq!(err.message, "mapping values are not allowed in this context");
     }
 }

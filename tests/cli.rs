@@ -34,15 +34,10 @@ fn check_fails_with_a_located_error_for_a_broken_rule() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains(&format!(
-            "{rules}/bad.yaml:6:3: error: unknown field `childs`"
-        )),
+        stderr.contains(&format!("{rules}/bad.yaml:6:3: error: unknown field `childs`")),
         "{stderr}"
     );
-    assert!(
-        text(&out.stdout).is_empty(),
-        "nothing printed as if it succeeded"
-    );
+    assert!(text(&out.stdout).is_empty(), "nothing printed as if it succeeded");
 }
 
 #[test]
@@ -63,10 +58,7 @@ fn render_prints_children_actions_and_status() {
         "# backup: RUN:",
         "#   observedGeneration: 1",
     ] {
-        assert!(
-            stdout.contains(expected),
-            "missing {expected:?} in:\n{stdout}"
-        );
+        assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
     }
 }
 
@@ -79,19 +71,14 @@ fn render_of_a_bad_resource_exits_non_zero_and_prints_no_children() {
     let out = ruleop(&["render", "-f", &file.display().to_string()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stdout).is_empty());
-    assert!(
-        text(&out.stderr)
-            .contains("database/statefulset.yaml.j2:20: value \"1\\nkind: X\" is not safe")
-    );
+    assert!(text(&out.stderr).contains("database/statefulset.yaml.j2:20: value \"1\\nkind: X\" is not safe"));
 }
 
 #[test]
 fn committed_schema_matches_the_model() {
     let out = ruleop(&["schema"]);
-    let committed = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/rule.schema.json"),
-    )
-    .expect("schema/rule.schema.json is committed");
+    let committed = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/rule.schema.json"))
+        .expect("schema/rule.schema.json is committed");
     assert_eq!(
         text(&out.stdout),
         committed,

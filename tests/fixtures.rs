@@ -71,13 +71,7 @@ fn run_case(dir: &Path) -> (bool, String) {
     if ok && parent.exists() {
         let observed = dir.join("observed");
         let observed = observed.exists().then_some(observed);
-        match offline::render(
-            &sources,
-            &parent,
-            observed.as_deref(),
-            OutputFormat::Yaml,
-            NOW,
-        ) {
+        match offline::render(&sources, &parent, observed.as_deref(), OutputFormat::Yaml, NOW) {
             Ok(text) => output.push_str(&text),
             Err(e) => {
                 ok = false;
@@ -86,12 +80,7 @@ fn run_case(dir: &Path) -> (bool, String) {
         }
     }
     let shown = dir.display().to_string();
-    (
-        ok,
-        output
-            .replace(&format!("{shown}/"), "")
-            .replace(&shown, "."),
-    )
+    (ok, output.replace(&format!("{shown}/"), "").replace(&shown, "."))
 }
 
 #[test]

@@ -83,13 +83,7 @@ fn rendered(version: &str, size: &str) -> Result<Vec<Value>, PlanError> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let set = load(&root.join("rules"), &root.join("templates")).expect("shipped rules load");
     let rule = set.rule("database").expect("database rule");
-    let plan = plan::plan(
-        &set.renderer,
-        rule,
-        &parent(version, size),
-        &[],
-        "2026-11-29T10:00:00Z",
-    )?;
+    let plan = plan::plan(&set.renderer, rule, &parent(version, size), &[], "2026-11-29T10:00:00Z")?;
     let mut objects: Vec<Value> = plan.children.into_iter().map(|c| c.object).collect();
     for decision in plan.actions {
         if let Some(plan::actions::Effect::Create(object)) = decision.effect {
@@ -103,10 +97,7 @@ fn rendered(version: &str, size: &str) -> Result<Vec<Value>, PlanError> {
 fn raw_interpolation_refuses_every_structural_payload() {
     for payload in PAYLOADS {
         match rendered(payload, "1Gi") {
-            Err(PlanError::Render(e)) => assert!(
-                e.message.contains("not safe to insert raw"),
-                "{payload:?}: {e}"
-            ),
+            Err(PlanError::Render(e)) => assert!(e.message.contains("not safe to insert raw"), "{payload:?}: {e}"),
             other => panic!("{payload:?} was not refused: {other:?}"),
         }
     }
@@ -117,18 +108,9 @@ fn quoted_interpolation_keeps_every_payload_as_one_string() {
     let baseline = shapes(&rendered("16", "1Gi").expect("baseline renders"));
     for payload in PAYLOADS {
         let objects = rendered("16", payload).unwrap_or_else(|e| panic!("{payload:?}: {e}"));
-        assert_eq!(
-            shapes(&objects),
-            baseline,
-            "{payload:?} changed the structure"
-        );
-        let size =
-            objects[1].pointer("/spec/volumeClaimTemplates/0/spec/resources/requests/storage");
-        assert_eq!(
-            size,
-            Some(&json!(payload)),
-            "{payload:?} was not kept verbatim"
-        );
+        assert_eq!(shapes(&objects), baseline, "{payload:?} changed the structure");
+        let size = objects[1].pointer("/spec/volumeClaimTemplates/0/spec/resources/requests/storage");
+        assert_eq!(size, Some(&json!(payload)), "{payload:?} was not kept verbatim");
     }
 }
 
@@ -163,14 +145,9 @@ fn maps_from_the_resource_cannot_break_out_of_their_position() {
                 !labels.contains_key("evil") && !labels.contains_key("evil2"),
                 "{object}"
             );
-            let annotations = object
-                .pointer("/metadata/annotations")
-                .expect("annotations");
+            let annotations = object.pointer("/metadata/annotations").expect("annotations");
             assert_eq!(annotations, &p["spec"]["labels"]);
         }
-        Err(e) => assert!(
-            matches!(e, PlanError::InvalidChild { .. }),
-            "unexpected error {e}"
-        ),
+        Err(e) => assert!(matches!(e, PlanError::InvalidChild { .. }), "unexpected error {e}"),
     }
 }

@@ -94,7 +94,10 @@ mod tests {
 
     #[test]
     fn normalised_quantities_and_dropped_empties_are_equal() {
-        assert!(covers(&json!({"cpu": "500m", "mem": "1Gi"}), &json!({"cpu": "0.5", "mem": "1024Mi"})));
+        assert!(covers(
+            &json!({"cpu": "500m", "mem": "1Gi"}),
+            &json!({"cpu": "0.5", "mem": "1024Mi"})
+        ));
         assert!(covers(&json!({"a": 1}), &json!({"a": 1, "b": {}, "c": [], "d": null})));
         assert!(!covers(&json!({"cpu": "500m"}), &json!({"cpu": "600m"})));
         assert!(!covers(&json!({"name": "x"}), &json!({"name": "y"})));

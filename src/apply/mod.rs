@@ -1,2 +1,143 @@
-//! The apply layer, the only code that writes to the cluster: children, prune, actions, status.
+//! The apply layer, the only code that writes to the cluster: children (server-side apply),
+//! prune, guarded actions, status and Events. It sends a request only where the live state
+//! differs from the plan, so reconciling a converged parent writes nothing.
+
+pub mod actions;
+pub mod children;
 pub mod compare;
+pub mod events;
+
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::Recorder;
+use serde_json::Value;
+
+use crate::admin::AdminState;
+use crate::kinds::{Kinds, ServedKind};
+use crate::plan::children::ObjectRef;
+
+/// The field manager of every apply.
+pub const FIELD_MANAGER: &str = "ruleop";
+
+/// A failed write.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// A kind the rule declares is not known to the API server (it was not resolved).
+    #[error("{0} is not a resolved kind")]
+    UnknownKind(String),
+    /// The API server rejected or failed a write to a child.
+    #[error("applying {target} failed: {source}")]
+    Child {
+        /// The child.
+        target: ObjectRef,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A child's apply changed an immutable field and its rule says to report it.
+    #[error("{target} cannot be updated in place: {message} (set onImmutableChange: recreate to replace it)")]
+    Immutable {
+        /// The child.
+        target: ObjectRef,
+        /// The API server's message.
+        message: String,
+    },
+    /// Deleting a child no longer desired failed.
+    #[error("pruning {target} failed: {source}")]
+    Prune {
+        /// The child.
+        target: ObjectRef,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the parent's status failed.
+    #[error("writing status failed: {0}")]
+    Status(#[source] kube::Error),
+    /// Another writer changed the parent between our read and our intent record.
+    #[error("the parent changed while recording action {0:?}; retrying")]
+    Conflict(String),
+    /// An action's effect failed.
+    #[error("action {id:?} failed: {message}")]
+    Action {
+        /// Action id.
+        id: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+impl ApplyError {
+    /// A CamelCase reason for conditions, Events and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApplyError::UnknownKind(_) => "UnknownKind",
+            ApplyError::Child { .. } => "ApplyFailed",
+            ApplyError::Immutable { .. } => "ImmutableFieldChanged",
+            ApplyError::Prune { .. } => "PruneFailed",
+            ApplyError::Status(_) => "StatusWriteFailed",
+            ApplyError::Conflict(_) => "Conflict",
+            ApplyError::Action { .. } => "ActionFailed",
+        }
+    }
+}
+
+/// What the apply layer needs: a client, resolved kinds, the Event recorder and counters.
+pub struct Cluster<'a> {
+    /// The API client.
+    pub client: &'a Client,
+    /// Resolved kinds.
+    pub kinds: &'a Kinds,
+    /// Publishes Events.
+    pub recorder: &'a Recorder,
+    /// Counters.
+    pub admin: &'a AdminState,
+}
+
+impl Cluster<'_> {
+    /// The served kind of `(apiVersion, kind)`.
+    pub fn kind(&self, api_version: &str, kind: &str) -> Result<&ServedKind, ApplyError> {
+        self.kinds
+            .get(api_version, kind)
+            .ok_or_else(|| ApplyError::UnknownKind(format!("{api_version} {kind}")))
+    }
+
+    /// An API handle for objects of a kind in a namespace.
+    pub fn api(&self, api_version: &str, kind: &str, namespace: &str) -> Result<Api<DynamicObject>, ApplyError> {
+        let served = self.kind(api_version, kind)?;
+        Ok(if served.namespaced {
+            Api::namespaced_with(self.client.clone(), namespace, &served.resource)
+        } else {
+            Api::all_with(self.client.clone(), &served.resource)
+        })
+    }
+
+    /// Counts one write request.
+    pub fn count_write(&self, verb: &str, kind: &str) {
+        self.admin
+            .metrics
+            .inc("ruleop_api_writes_total", &[("verb", verb), ("kind", kind)]);
+    }
+
+    /// Merge-patches the parent's status subresource and returns the updated parent.
+    pub async fn patch_status(&self, parent: &ParentHandle, patch: &Value) -> Result<Value, kube::Error> {
+        self.count_write("PATCH", &format!("{}/status", parent.kind));
+        let updated = parent
+            .api
+            .patch_status(&parent.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(serde_json::to_value(updated).unwrap_or_default())
+    }
+}
+
+/// The parent being reconciled.
+pub struct ParentHandle {
+    /// Its API (namespaced).
+    pub api: Api<DynamicObject>,
+    /// Its name.
+    pub name: String,
+    /// Its kind, for metrics.
+    pub kind: String,
+    /// Its reference, for Events.
+    pub reference: k8s_openapi::api::core::v1::ObjectReference,
+}

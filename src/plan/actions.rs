@@ -96,13 +96,7 @@ impl RunRecord {
     /// Reads `status.actions.<id>` of the parent.
     pub fn read(parent: &Value, id: &str) -> Option<Self> {
         let record = parent.pointer(&format!("/status/actions/{id}"))?;
-        let text = |f: &str| {
-            record
-                .get(f)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
+        let text = |f: &str| record.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
         Some(RunRecord {
             key: text("key"),
             guard_value: text("guardValue"),
@@ -207,10 +201,7 @@ pub fn decide(
             return Ok(skip(format!("already ran for {guard_value} (key {key})")));
         }
         Some(r) if r.key == key => format!("retrying {guard_value} after a failure (key {key})"),
-        Some(r) => format!(
-            "{guard_value} has not run yet (last run: {})",
-            r.guard_value
-        ),
+        Some(r) => format!("{guard_value} has not run yet (last run: {})", r.guard_value),
         None => format!("{guard_value} has not run yet (never ran)"),
     };
     run(renderer, rule, action, scope, &guard_value, key, reason)
@@ -240,12 +231,7 @@ fn run(
     let (id, parent_ref) = (action.id.value.as_str(), scope.parent_ref);
     let name = object_name(&parent_ref.name, id, &key);
     let action_value = json!({"id": id, "key": key, "name": name, "guardValue": guard_value});
-    let context = context::build(
-        scope.parent,
-        scope.children,
-        &rule.name,
-        Some(("action", action_value)),
-    );
+    let context = context::build(scope.parent, scope.children, &rule.name, Some(("action", action_value)));
     let effect = if let Some(create) = &action.create {
         let declared = Declared {
             id,
@@ -266,12 +252,7 @@ fn run(
         }
         Effect::Create(object)
     } else if let Some(http) = &action.http {
-        let text = |path: &str| {
-            renderer.render_text(
-                &rule.inline_template(&format!("actions.{id}.{path}")),
-                &context,
-            )
-        };
+        let text = |path: &str| renderer.render_text(&rule.inline_template(&format!("actions.{id}.{path}")), &context);
         let mut headers = BTreeMap::new();
         for header in http.headers.keys() {
             headers.insert(header.clone(), text(&format!("http.headers.{header}"))?);
@@ -292,9 +273,7 @@ fn run(
                 .map_or(10_000, |d| d.as_millis() as u64),
         })
     } else {
-        return Err(PlanError::InvalidParent(format!(
-            "action {id} has no effect"
-        )));
+        return Err(PlanError::InvalidParent(format!("action {id} has no effect")));
     };
     Ok(ActionDecision {
         id: id.to_owned(),

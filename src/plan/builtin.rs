@@ -8,14 +8,8 @@ use serde_json::Value;
 /// (custom resources are checked by the API server's strict field validation on apply).
 pub fn check_types(object: &Value) -> Result<(), String> {
     use k8s_openapi::api::{apps, batch, core, networking, policy, rbac};
-    let api_version = object
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
     match (api_version, kind) {
         ("v1", "Service") => typed::<core::v1::Service>(object),
         ("v1", "ConfigMap") => typed::<core::v1::ConfigMap>(object),
@@ -51,7 +45,11 @@ fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(object: &Value) -> R
 fn first_unknown_field(rendered: &Value, round_trip: &Value, path: &str) -> Option<String> {
     match (rendered, round_trip) {
         (Value::Object(rendered), Value::Object(kept)) => rendered.iter().find_map(|(key, value)| {
-            let here = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+            let here = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
             match kept.get(key) {
                 Some(kept) => first_unknown_field(value, kept, &here),
                 None if value.is_null() => None,

@@ -100,14 +100,9 @@ pub fn render_object(
         }
     };
     let Some(map) = object.as_object_mut() else {
-        return Err(invalid(
-            "rendered a scalar or list, not an object".to_owned(),
-        ));
+        return Err(invalid("rendered a scalar or list, not an object".to_owned()));
     };
-    for (field, want) in [
-        ("apiVersion", declared.api_version),
-        ("kind", declared.kind),
-    ] {
+    for (field, want) in [("apiVersion", declared.api_version), ("kind", declared.kind)] {
         let got = map.get(field).and_then(Value::as_str).unwrap_or_default();
         if got != want {
             return Err(invalid(format!(
@@ -137,9 +132,7 @@ pub fn render_object(
     };
     labels.insert(LABEL_RULE.to_owned(), json!(rule_name));
     labels.insert(LABEL_PARENT_UID.to_owned(), json!(parent.uid));
-    let owners = metadata
-        .entry("ownerReferences")
-        .or_insert_with(|| json!([]));
+    let owners = metadata.entry("ownerReferences").or_insert_with(|| json!([]));
     match owners.as_array_mut() {
         Some(owners) => owners.push(parent.owner_reference()),
         None => return Err(invalid("metadata.ownerReferences is not a list".to_owned())),
@@ -158,10 +151,7 @@ pub fn desired_child(
     context: &minijinja::Value,
 ) -> Result<DesiredChild, PlanError> {
     let mut object = render_object(renderer, declared, parent, rule_name, context)?;
-    if let Some(labels) = object
-        .pointer_mut("/metadata/labels")
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(labels) = object.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
         labels.insert(LABEL_CHILD.to_owned(), json!(declared.id));
     }
     let target = ObjectRef::of(&object).ok_or_else(|| PlanError::InvalidChild {

@@ -36,14 +36,8 @@ pub struct ParentRef {
 impl ParentRef {
     /// Reads and checks the parent's identity fields.
     pub fn read(parent: &Value) -> Result<Self, PlanError> {
-        let text = |pointer: &str| {
-            parent
-                .pointer(pointer)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
-        let missing =
-            |what: &str| PlanError::InvalidParent(format!("the custom resource has no {what}"));
+        let text = |pointer: &str| parent.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
+        let missing = |what: &str| PlanError::InvalidParent(format!("the custom resource has no {what}"));
         if !parent.get("spec").is_some_and(Value::is_object) {
             return Err(PlanError::InvalidParent(
                 "the custom resource has no spec (or spec is not a mapping)".to_owned(),

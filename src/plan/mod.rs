@@ -141,10 +141,7 @@ pub fn plan(
     for (field, source) in &rule.spec.status.fields {
         let value = match &source.value {
             FieldSource::Template(_) => {
-                json!(renderer.render_text(
-                    &rule.inline_template(&format!("status.fields.{field}")),
-                    &context
-                )?)
+                json!(renderer.render_text(&rule.inline_template(&format!("status.fields.{field}")), &context)?)
             }
             FieldSource::FromChild(from) => by_id
                 .get(&from.child)
@@ -177,9 +174,10 @@ pub fn plan(
     })
 }
 
-/// The status patch reporting a failed plan: `Ready=False` with the error's reason and message.
+/// The status patch reporting a failed reconcile: `Ready=False` with a reason and message, or
+/// `None` if the status already says so.
 /// Other managed fields are left as they were (nothing was applied).
-pub fn failure_status_patch(parent: &Value, error: &PlanError, now: &str) -> Option<Value> {
+pub fn failure_status_patch(parent: &Value, reason: &str, message: &str, now: &str) -> Option<Value> {
     let generation = parent
         .pointer("/metadata/generation")
         .and_then(Value::as_i64)
@@ -187,8 +185,8 @@ pub fn failure_status_patch(parent: &Value, error: &PlanError, now: &str) -> Opt
     let wanted = [WantedCondition {
         type_: READY.to_owned(),
         status: false,
-        reason: error.reason().to_owned(),
-        message: error.to_string(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
     }];
     let current = parent.get("status").cloned().unwrap_or_else(|| json!({}));
     let conditions = current
@@ -200,12 +198,7 @@ pub fn failure_status_patch(parent: &Value, error: &PlanError, now: &str) -> Opt
     managed.insert("observedGeneration".to_owned(), json!(generation));
     managed.insert(
         "conditions".to_owned(),
-        json!(status::merge_conditions(
-            &conditions,
-            &wanted,
-            generation,
-            now
-        )),
+        json!(status::merge_conditions(&conditions, &wanted, generation, now)),
     );
     status::patch(&current, managed)
 }
@@ -223,10 +216,7 @@ fn status_patch(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    managed.insert(
-        "observedGeneration".to_owned(),
-        json!(parent_ref.generation),
-    );
+    managed.insert("observedGeneration".to_owned(), json!(parent_ref.generation));
     managed.insert(
         "conditions".to_owned(),
         json!(status::merge_conditions(

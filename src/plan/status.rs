@@ -19,18 +19,10 @@ pub struct WantedCondition {
 /// Merges wanted conditions into the current list: a condition keeps its `lastTransitionTime`
 /// while its status is unchanged, so a status write never triggers another one. Conditions
 /// of other types (other writers, action records) are kept as they are.
-pub fn merge_conditions(
-    current: &[Value],
-    wanted: &[WantedCondition],
-    generation: i64,
-    now: &str,
-) -> Vec<Value> {
+pub fn merge_conditions(current: &[Value], wanted: &[WantedCondition], generation: i64, now: &str) -> Vec<Value> {
     let mut merged: Vec<Value> = Vec::with_capacity(current.len() + wanted.len());
     for condition in current {
-        let type_ = condition
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let type_ = condition.get("type").and_then(Value::as_str).unwrap_or_default();
         if !wanted.iter().any(|w| w.type_ == type_) {
             merged.push(condition.clone());
         }

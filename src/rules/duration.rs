@@ -11,21 +11,15 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         if digits == 0 {
-            return Err(format!(
-                "invalid duration {text:?}: expected a number at {rest:?}"
-            ));
+            return Err(format!("invalid duration {text:?}: expected a number at {rest:?}"));
         }
         let number: u64 = rest[..digits]
             .parse()
             .map_err(|e| format!("invalid duration {text:?}: {e}"))?;
         rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
         let part = match &rest[..unit_len] {
             "ms" => Duration::from_millis(number),
             "s" => Duration::from_secs(number),

@@ -70,10 +70,7 @@ pub fn load(rules_dir: &Path, templates_dir: &Path) -> Result<RuleSet, Diagnosti
 }
 
 fn is_yaml_file(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    )
+    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
 }
 
 /// Reads every file under `dir` (following links, skipping dot entries), sorted by name, as
@@ -154,12 +151,7 @@ fn compile_diagnostic(path: &Path, source: &str, e: &CompileError) -> Diagnostic
 }
 
 /// Parses the typed rule documents of a file (already known to be valid YAML).
-fn parse_rule_documents(
-    path: &Path,
-    text: &str,
-    count: usize,
-    problems: &mut Vec<Diagnostic>,
-) -> Vec<RuleDocument> {
+fn parse_rule_documents(path: &Path, text: &str, count: usize, problems: &mut Vec<Diagnostic>) -> Vec<RuleDocument> {
     let parsed: Result<Vec<RuleDocument>, _> =
         serde_saphyr::from_multiple_with_options(text, yaml::kubernetes_options());
     match parsed {
@@ -167,8 +159,7 @@ fn parse_rule_documents(
         Err(e) => {
             let mut diagnostic = yaml_diagnostic(path, &yaml::YamlError::from_saphyr(&e));
             if diagnostic.message.contains("unknown field") {
-                diagnostic = diagnostic
-                    .with_hint("see the rule reference in README.md or schema/rule.schema.json");
+                diagnostic = diagnostic.with_hint("see the rule reference in README.md or schema/rule.schema.json");
             }
             problems.push(diagnostic);
             debug_assert!(count > 0);
@@ -240,26 +231,19 @@ impl RuleChecker<'_> {
         if spec.watch.kind.is_empty() {
             self.report(name_at.clone(), "spec.watch.kind must not be empty", None);
         }
-        let resync = spec
-            .resync
-            .as_ref()
-            .and_then(|r| match duration::parse(&r.value) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    self.report(
-                        self.at(r),
-                        format!("spec.resync: {e}"),
-                        Some("write e.g. 30s, 10m or 1h"),
-                    );
-                    None
-                }
-            });
+        let resync = spec.resync.as_ref().and_then(|r| match duration::parse(&r.value) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.report(
+                    self.at(r),
+                    format!("spec.resync: {e}"),
+                    Some("write e.g. 30s, 10m or 1h"),
+                );
+                None
+            }
+        });
         if spec.max_concurrent_reconciles == Some(0) {
-            self.report(
-                name_at.clone(),
-                "spec.maxConcurrentReconciles must be at least 1",
-                None,
-            );
+            self.report(name_at.clone(), "spec.maxConcurrentReconciles must be at least 1", None);
         }
         let mut child_ids = BTreeMap::new();
         for (i, child) in spec.children.iter().enumerate() {
@@ -274,11 +258,7 @@ impl RuleChecker<'_> {
             self.check_id(&action.id, "action", &mut action_ids);
             self.check_action(&name, action);
         }
-        let mut used_templates: Vec<&str> = spec
-            .children
-            .iter()
-            .map(|c| c.template.value.as_str())
-            .collect();
+        let mut used_templates: Vec<&str> = spec.children.iter().map(|c| c.template.value.as_str()).collect();
         used_templates.extend(
             spec.actions
                 .iter()
@@ -288,9 +268,7 @@ impl RuleChecker<'_> {
         for (field, source) in &spec.status.fields {
             let path = format!("status.fields.{field}");
             match &source.value {
-                FieldSource::Template(text) => {
-                    self.compile_inline(&name, &path, text, self.at(source))
-                }
+                FieldSource::Template(text) => self.compile_inline(&name, &path, text, self.at(source)),
                 FieldSource::FromChild(from) => {
                     if !child_ids.contains_key(from.child.as_str()) {
                         self.report(
@@ -316,10 +294,7 @@ impl RuleChecker<'_> {
         let mut condition_types = BTreeMap::new();
         for (i, condition) in spec.status.conditions.iter().enumerate() {
             let at = self.at(&condition.when);
-            if condition_types
-                .insert(condition.type_.clone(), ())
-                .is_some()
-            {
+            if condition_types.insert(condition.type_.clone(), ()).is_some() {
                 self.report(
                     at.clone(),
                     format!("condition type {:?} is defined twice", condition.type_),
@@ -377,10 +352,7 @@ impl RuleChecker<'_> {
             names.sort_unstable();
             self.report(
                 self.at(template),
-                format!(
-                    "template {:?} not found in the templates directory",
-                    template.value
-                ),
+                format!("template {:?} not found in the templates directory", template.value),
                 Some(&format!(
                     "available templates: {}",
                     if names.is_empty() {
@@ -397,10 +369,7 @@ impl RuleChecker<'_> {
         if let Err(e) = self.renderer.check_expression(label, &expression.value) {
             self.report(
                 self.at(expression),
-                format!(
-                    "{label}: invalid expression {:?}: {}",
-                    expression.value, e.message
-                ),
+                format!("{label}: invalid expression {:?}: {}", expression.value, e.message),
                 None,
             );
         }
@@ -411,11 +380,7 @@ impl RuleChecker<'_> {
             .renderer
             .add_text_template(inline_template_name(rule, field_path), text.to_owned())
         {
-            self.report(
-                at,
-                format!("{field_path}: template syntax error: {}", e.message),
-                None,
-            );
+            self.report(at, format!("{field_path}: template syntax error: {}", e.message), None);
         }
     }
 
@@ -428,7 +393,9 @@ impl RuleChecker<'_> {
         if guards != 1 {
             self.report(
                 at.clone(),
-                format!("action {id:?}: guard must set exactly one of generation, condition, annotation (found {guards})"),
+                format!(
+                    "action {id:?}: guard must set exactly one of generation, condition, annotation (found {guards})"
+                ),
                 Some("e.g. guard: {generation: true}"),
             );
         }
@@ -442,29 +409,15 @@ impl RuleChecker<'_> {
                     self.at(&http.url),
                 );
                 if let Some(body) = &http.body {
-                    self.compile_inline(
-                        rule,
-                        &format!("actions.{id}.http.body"),
-                        &body.value,
-                        self.at(body),
-                    );
+                    self.compile_inline(rule, &format!("actions.{id}.http.body"), &body.value, self.at(body));
                 }
                 for (header, value) in &http.headers {
-                    self.compile_inline(
-                        rule,
-                        &format!("actions.{id}.http.headers.{header}"),
-                        value,
-                        at.clone(),
-                    );
+                    self.compile_inline(rule, &format!("actions.{id}.http.headers.{header}"), value, at.clone());
                 }
                 if let Some(timeout) = &http.timeout
                     && let Err(e) = duration::parse(timeout)
                 {
-                    self.report(
-                        at.clone(),
-                        format!("action {id:?}: http.timeout: {e}"),
-                        None,
-                    );
+                    self.report(at.clone(), format!("action {id:?}: http.timeout: {e}"), None);
                 }
             }
             _ => self.report(
@@ -483,13 +436,7 @@ impl RuleChecker<'_> {
         hasher.update(format!("{:?}", doc.spec).as_bytes());
         for name in templates {
             hasher.update(name.as_bytes());
-            hasher.update(
-                self.templates
-                    .get(name)
-                    .copied()
-                    .unwrap_or_default()
-                    .as_bytes(),
-            );
+            hasher.update(self.templates.get(name).copied().unwrap_or_default().as_bytes());
         }
         hex(&hasher.finalize()[..8])
     }
@@ -535,17 +482,10 @@ fn check_across_rules(rules: &[Rule], problems: &mut Vec<Diagnostic>) {
         if let Some(first) = names.insert(&rule.name, &rule.file) {
             problems.push(Diagnostic::new(
                 SourceLocation::new(&rule.file, 0, 0),
-                format!(
-                    "rule name {:?} is also used in {}",
-                    rule.name,
-                    first.display()
-                ),
+                format!("rule name {:?} is also used in {}", rule.name, first.display()),
             ));
         }
-        let watched = (
-            rule.spec.watch.api_version.clone(),
-            rule.spec.watch.kind.clone(),
-        );
+        let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
         if let Some(other) = kinds.insert(watched.clone(), &rule.name) {
             problems.push(
                 Diagnostic::new(

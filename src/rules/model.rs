@@ -251,12 +251,8 @@ impl<'de> Deserialize<'de> for FieldSource {
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a template string or a mapping {child, jsonPath}")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<FieldSource, A::Error> {
-                ChildField::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-                    .map(FieldSource::FromChild)
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<FieldSource, A::Error> {
+                ChildField::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(FieldSource::FromChild)
             }
             fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<FieldSource, E> {
                 Ok(FieldSource::Template(value.to_owned()))

@@ -8,16 +8,13 @@ use minijinja::value::{Value, ValueKind};
 use minijinja::{Error, ErrorKind, Output, State};
 
 /// Characters that start a YAML indicator when they open a plain scalar.
-const LEADING_INDICATORS: &[char] = &[
-    '[', ']', '{', '}', ',', '#', '&', '*', '!', '|', '>', '%', '@', '`',
-];
+const LEADING_INDICATORS: &[char] = &['[', ']', '{', '}', ',', '#', '&', '*', '!', '|', '>', '%', '@', '`'];
 /// Characters that may end or restructure a scalar anywhere in it (flow context, quoting, escapes).
 const FORBIDDEN_ANYWHERE: &[char] = &['"', '\'', '\\', '{', '}', '[', ']', ','];
 
 /// Why a string cannot be written raw, or `None` when it is inert.
 pub fn why_not_inert(s: &str) -> Option<&'static str> {
-    let breaks_or_controls =
-        |c: &char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}');
+    let breaks_or_controls = |c: &char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}');
     if let Some(c) = s.chars().find(breaks_or_controls) {
         return Some(match c {
             '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}' => "a line break",
@@ -75,12 +72,8 @@ pub fn format_value(out: &mut Output, _state: &mut State, value: &Value) -> Resu
             }
         }
         ValueKind::Seq | ValueKind::Map => {
-            let json = serde_json::to_string(value).map_err(|e| {
-                Error::new(
-                    ErrorKind::InvalidOperation,
-                    format!("cannot write value as JSON: {e}"),
-                )
-            })?;
+            let json = serde_json::to_string(value)
+                .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("cannot write value as JSON: {e}")))?;
             write(out, &escape_yaml_significant(&json))
         }
         ValueKind::Undefined => Err(Error::new(ErrorKind::UndefinedError, "undefined value")),

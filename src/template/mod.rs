@@ -37,12 +37,9 @@ fn location_prefix(template: &Option<String>, line: Option<usize>) -> String {
 
 impl RenderError {
     fn from_minijinja(err: &minijinja::Error, fallback_name: &str) -> Self {
-        let mut message = err
-            .detail()
-            .map_or_else(|| err.kind().to_string(), str::to_owned);
+        let mut message = err.detail().map_or_else(|| err.kind().to_string(), str::to_owned);
         if err.kind() == minijinja::ErrorKind::OutOfFuel {
-            message =
-                format!("template ran out of fuel ({FUEL} instructions): is a loop unbounded?");
+            message = format!("template ran out of fuel ({FUEL} instructions): is a loop unbounded?");
         }
         let template = err
             .name()
@@ -91,9 +88,7 @@ impl CompileError {
             name: name.to_owned(),
             line: err.line(),
             range: err.range(),
-            message: err
-                .detail()
-                .map_or_else(|| err.kind().to_string(), str::to_owned),
+            message: err.detail().map_or_else(|| err.kind().to_string(), str::to_owned),
         }
     }
 }
@@ -175,12 +170,7 @@ impl Renderer {
     }
 
     /// Evaluates an expression to a value (`when`, conditions).
-    pub fn eval(
-        &self,
-        label: &str,
-        expression: &str,
-        context: &Value,
-    ) -> Result<Value, RenderError> {
+    pub fn eval(&self, label: &str, expression: &str, context: &Value) -> Result<Value, RenderError> {
         let compiled = self
             .text
             .compile_expression(expression)
@@ -191,12 +181,7 @@ impl Renderer {
     }
 
     /// Evaluates an expression for its truth (`when`): a strict boolean reading of the value.
-    pub fn eval_bool(
-        &self,
-        label: &str,
-        expression: &str,
-        context: &Value,
-    ) -> Result<bool, RenderError> {
+    pub fn eval_bool(&self, label: &str, expression: &str, context: &Value) -> Result<bool, RenderError> {
         self.eval(label, expression, context).map(|v| v.is_true())
     }
 }
@@ -247,11 +232,7 @@ mod tests {
 
     #[test]
     fn undefined_variables_are_errors() {
-        let err = Renderer::default().eval(
-            "t",
-            "spec.missing.deeper",
-            &to_value(&serde_json::json!({"spec": {}})),
-        );
+        let err = Renderer::default().eval("t", "spec.missing.deeper", &to_value(&serde_json::json!({"spec": {}})));
         assert!(err.expect_err("strict").message.contains("undefined"));
     }
 }

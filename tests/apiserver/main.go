@@ -14,6 +14,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -31,6 +32,7 @@ type cliFlags struct {
 	dataDir       string
 	verbosity     int
 	gcSyncPeriod  time.Duration
+	stdinWatch    bool
 }
 
 func main() {
@@ -50,6 +52,7 @@ func parseFlags() cliFlags {
 	flag.StringVar(&f.dataDir, "data-dir", "", "directory for etcd data, certificates and keys (default: a fresh temp dir, removed on exit)")
 	flag.IntVar(&f.verbosity, "v", -1, "log verbosity: -1 logs errors only; 0 and up also logs klog info at that level")
 	flag.DurationVar(&f.gcSyncPeriod, "gc-sync-period", 2*time.Second, "how often the garbage collector re-reads discovery (picks up new CRDs)")
+	flag.BoolVar(&f.stdinWatch, "exit-with-stdin", false, "shut down when stdin reaches EOF (the parent that piped it has exited)")
 	flag.Parse()
 	return f
 }
@@ -84,6 +87,9 @@ func run(flags cliFlags) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if flags.stdinWatch {
+		ctx = cancelOnStdinEOF(ctx)
+	}
 
 	plane, err := startControlPlane(ctx, dir, flags)
 	if err != nil {
@@ -95,6 +101,17 @@ func run(flags cliFlags) error {
 	stop() // a second signal now kills the process the default way
 	klog.Info("Signal received, shutting down")
 	return nil
+}
+
+// cancelOnStdinEOF returns a context cancelled once stdin is closed, so a test
+// harness that dies without signalling us still gets a clean shutdown.
+func cancelOnStdinEOF(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	return ctx
 }
 
 // prepareDataDir returns the working directory and a function that removes it

@@ -1,0 +1,144 @@
+//! Children: server-side apply of what differs, recreate on immutable changes when asked, prune.
+
+use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::{ApplyError, Cluster, FIELD_MANAGER, compare};
+use crate::plan::children::{DesiredChild, ObjectRef};
+use crate::rules::load::hex;
+use crate::rules::model::ImmutableChangePolicy;
+
+/// Annotation holding a digest of everything we render for a child: removing a field from a
+/// template changes it, so the removal is applied even though the live object still covers us.
+pub const ANNOTATION_DESIRED_HASH: &str = "ruleop.io/desired-hash";
+
+/// What happened to one child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildOutcome {
+    /// Live already held it: no request sent.
+    Unchanged,
+    /// It did not exist and was created.
+    Created,
+    /// It existed and was updated.
+    Updated,
+    /// It was deleted to be created again (immutable field changed, `onImmutableChange: recreate`).
+    Recreated,
+}
+
+/// The object we send: the rendered child plus its desired-hash annotation.
+pub fn with_desired_hash(child: &DesiredChild) -> Value {
+    let mut object = child.object.clone();
+    let digest = hex(&Sha256::digest(child.object.to_string().as_bytes())[..8]);
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(ANNOTATION_DESIRED_HASH.to_owned(), json!(digest));
+        }
+    }
+    object
+}
+
+/// Applies one child unless `live` already covers it.
+pub async fn apply_child(
+    cluster: &Cluster<'_>,
+    child: &DesiredChild,
+    live: Option<&Value>,
+) -> Result<ChildOutcome, ApplyError> {
+    let desired = with_desired_hash(child);
+    if live.is_some_and(|live| compare::covers(live, &desired)) {
+        return Ok(ChildOutcome::Unchanged);
+    }
+    let target = &child.target;
+    let api = cluster.api(&target.api_version, &target.kind, &target.namespace)?;
+    let params = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
+    cluster.count_write("PATCH", &target.kind);
+    match api.patch(&target.name, &params, &Patch::Apply(&desired)).await {
+        Ok(_) => Ok(if live.is_some() {
+            ChildOutcome::Updated
+        } else {
+            ChildOutcome::Created
+        }),
+        Err(kube::Error::Api(status)) if is_immutable(&status) => match child.on_immutable_change {
+            ImmutableChangePolicy::Report => Err(ApplyError::Immutable {
+                target: target.clone(),
+                message: status.message.clone(),
+            }),
+            ImmutableChangePolicy::Recreate => {
+                delete(cluster, target).await?;
+                cluster.count_write("PATCH", &target.kind);
+                api.patch(&target.name, &params, &Patch::Apply(&desired))
+                    .await
+                    .map_err(|source| ApplyError::Child {
+                        target: target.clone(),
+                        source,
+                    })?;
+                Ok(ChildOutcome::Recreated)
+            }
+        },
+        Err(kube::Error::Api(status)) if status.code == 422 && live.is_some() => {
+            repair_drift(cluster, &api, target, &desired, &params).await?;
+            Ok(ChildOutcome::Updated)
+        }
+        Err(source) => Err(ApplyError::Child {
+            target: target.clone(),
+            source,
+        }),
+    }
+}
+
+/// When someone else changed the key of a list item we own (say a Service port 5432 -> 6000),
+/// server-side apply keeps their item beside ours and the result is invalid. A JSON merge
+/// patch replaces our lists wholesale, dropping the foreign item; the apply then owns them again.
+async fn repair_drift(
+    cluster: &Cluster<'_>,
+    api: &kube::Api<kube::api::DynamicObject>,
+    target: &ObjectRef,
+    desired: &Value,
+    params: &PatchParams,
+) -> Result<(), ApplyError> {
+    let fail = |source| ApplyError::Child {
+        target: target.clone(),
+        source,
+    };
+    let mut merge = desired.clone();
+    if let Some(map) = merge.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    let merge_params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    cluster.count_write("PATCH", &target.kind);
+    api.patch(&target.name, &merge_params, &Patch::Merge(&merge))
+        .await
+        .map_err(fail)?;
+    cluster.count_write("PATCH", &target.kind);
+    api.patch(&target.name, params, &Patch::Apply(desired))
+        .await
+        .map_err(fail)?;
+    Ok(())
+}
+
+fn is_immutable(status: &kube::core::Status) -> bool {
+    status.code == 422 && status.message.contains("immutable")
+}
+
+/// Deletes a child (background propagation); a child already gone counts as deleted.
+pub async fn delete(cluster: &Cluster<'_>, target: &ObjectRef) -> Result<(), ApplyError> {
+    let api = cluster.api(&target.api_version, &target.kind, &target.namespace)?;
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..DeleteParams::default()
+    };
+    cluster.count_write("DELETE", &target.kind);
+    match api.delete(&target.name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(ApplyError::Prune {
+            target: target.clone(),
+            source,
+        }),
+    }
+}

@@ -1,0 +1,420 @@
+//! One kube-runtime Controller per rule: watch the parent kind, own the child kinds, and
+//! reconcile each parent from the caches (never from an event payload): plan, then apply.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::channel::{mpsc, oneshot};
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::{Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use crate::admin::AdminState;
+use crate::apply::children::{ChildOutcome, apply_child, delete};
+use crate::apply::{ApplyError, Cluster, ParentHandle, actions, events};
+use crate::clock::now_rfc3339;
+use crate::kinds::{Kinds, ServedKind};
+use crate::plan::children::ObjectRef;
+use crate::plan::context::{LABEL_PARENT_UID, LABEL_RULE};
+use crate::plan::{self, Plan, PlanError};
+use crate::rules::{Rule, RuleSet};
+
+/// Reconciles per rule when the rule does not say.
+pub const DEFAULT_CONCURRENCY: u16 = 5;
+/// Longest wait between retries of a failing parent.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// State shared by every controller of the process.
+pub struct Shared {
+    /// The API client.
+    pub client: Client,
+    /// The current rule set and the kinds it resolved to; swapped whole on reload.
+    pub current: RwLock<(Arc<RuleSet>, Arc<Kinds>)>,
+    /// Counters and readiness.
+    pub admin: Arc<AdminState>,
+    /// Publishes Events.
+    pub recorder: Recorder,
+    /// Resync period for rules without `resync`.
+    pub default_resync: Duration,
+    /// Restricts every watch to one namespace.
+    pub namespace: Option<String>,
+}
+
+impl Shared {
+    /// The rule set and kinds a reconcile uses from start to end.
+    pub fn snapshot(&self) -> (Arc<RuleSet>, Arc<Kinds>) {
+        match self.current.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn api(&self, served: &ServedKind) -> Api<DynamicObject> {
+        match &self.namespace {
+            Some(ns) if served.namespaced => Api::namespaced_with(self.client.clone(), ns, &served.resource),
+            _ => Api::all_with(self.client.clone(), &served.resource),
+        }
+    }
+}
+
+/// Why a reconcile failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// No plan could be made.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A write failed.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+}
+
+impl ReconcileError {
+    fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::Plan(e) => e.reason(),
+            ReconcileError::Apply(e) => e.reason(),
+        }
+    }
+}
+
+/// What one rule's reconciles share.
+struct RuleContext {
+    shared: Arc<Shared>,
+    rule_name: String,
+    parent_kind: ServedKind,
+    child_stores: Vec<Store<DynamicObject>>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+/// A running controller and the handles to steer it.
+pub struct RunningController {
+    /// `(apiVersion, kind)` watched.
+    pub watched: (String, String),
+    /// Kinds owned (watched for changes to children).
+    pub owned: Vec<(String, String)>,
+    /// The rule digest it was started or last re-triggered with.
+    pub digest: String,
+    reconcile_all: mpsc::UnboundedSender<()>,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningController {
+    /// Re-reconciles every parent (the rule changed).
+    pub fn reconcile_all(&self) {
+        let _ = self.reconcile_all.unbounded_send(());
+    }
+
+    /// Stops watching; in-flight reconciles finish first.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// The child kinds a rule's controller watches (children only: action objects are not owned state).
+pub fn child_kinds(rule: &Rule) -> Vec<(String, String)> {
+    let mut kinds: Vec<_> = rule
+        .spec
+        .children
+        .iter()
+        .map(|c| (c.api_version.clone(), c.kind.clone()))
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+/// Starts the controller of one rule.
+pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningController, ApplyError> {
+    let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
+    let parent_kind = kinds
+        .get(&watched.0, &watched.1)
+        .cloned()
+        .ok_or_else(|| ApplyError::UnknownKind(format!("{} {}", watched.0, watched.1)))?;
+    let mut config = watcher::Config::default();
+    if let Some(selector) = &rule.spec.watch.label_selector {
+        config = config.labels(selector);
+    }
+    let mut controller = Controller::new_with(shared.api(&parent_kind), config, parent_kind.resource.clone());
+    let owned = child_kinds(rule);
+    let mut child_stores = Vec::new();
+    for (api_version, kind) in &owned {
+        let served = kinds
+            .get(api_version, kind)
+            .ok_or_else(|| ApplyError::UnknownKind(format!("{api_version} {kind}")))?;
+        let writer = Writer::new(served.resource.clone());
+        child_stores.push(writer.as_reader());
+        let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
+        let stream = watcher(shared.api(served), ours)
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+        controller = controller.owns_stream_with(stream, served.resource.clone());
+    }
+    let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let concurrency = rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
+    let context = Arc::new(RuleContext {
+        shared,
+        rule_name: rule.name.clone(),
+        parent_kind,
+        child_stores,
+        failures: Mutex::new(HashMap::new()),
+    });
+    let name = rule.name.clone();
+    let task = tokio::spawn(async move {
+        controller
+            .with_config(Config::default().concurrency(concurrency))
+            .reconcile_all_on(reconcile_all_rx)
+            .graceful_shutdown_on(async move {
+                let _ = stop_rx.await;
+            })
+            .run(reconcile, error_policy, context)
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    debug!(error = %e, "reconcile did not complete");
+                }
+            })
+            .await;
+        info!(rule = %name, "controller stopped");
+    });
+    info!(rule = %rule.name, watch = %format!("{} {}", watched.0, watched.1), "controller started");
+    Ok(RunningController {
+        watched,
+        owned,
+        digest: rule.digest.clone(),
+        reconcile_all,
+        stop,
+        task,
+    })
+}
+
+async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<Action, ReconcileError> {
+    let (set, kinds) = ctx.shared.snapshot();
+    let Some(rule) = set.rule(&ctx.rule_name) else {
+        return Ok(Action::await_change());
+    };
+    let namespace = parent.namespace().unwrap_or_default();
+    if parent.meta().deletion_timestamp.is_some()
+        || (!rule.spec.watch.namespaces.is_empty() && !rule.spec.watch.namespaces.contains(&namespace))
+    {
+        return Ok(Action::await_change());
+    }
+    let result = reconcile_parent(&ctx, rule, &kinds, &parent, &namespace).await;
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    ctx.shared
+        .admin
+        .metrics
+        .inc("ruleop_reconciles_total", &[("rule", &rule.name), ("result", outcome)]);
+    result
+}
+
+async fn reconcile_parent(
+    ctx: &RuleContext,
+    rule: &Rule,
+    kinds: &Kinds,
+    parent: &DynamicObject,
+    namespace: &str,
+) -> Result<Action, ReconcileError> {
+    let uid = parent.uid().unwrap_or_default();
+    for store in &ctx.child_stores {
+        // Planning against a child cache that has not listed yet would see every child missing.
+        let _ = store.wait_until_ready().await;
+    }
+    let parent_json = serde_json::to_value(parent).unwrap_or_default();
+    let observed: Vec<Value> = ctx
+        .child_stores
+        .iter()
+        .flat_map(|store| store.state())
+        .filter(|child| child.labels().get(LABEL_PARENT_UID) == Some(&uid))
+        .map(|child| serde_json::to_value(&*child).unwrap_or_default())
+        .collect();
+    let now = now_rfc3339();
+    let cluster = Cluster {
+        client: &ctx.shared.client,
+        kinds,
+        recorder: &ctx.shared.recorder,
+        admin: &ctx.shared.admin,
+    };
+    let handle = ParentHandle {
+        api: Api::namespaced_with(ctx.shared.client.clone(), namespace, &ctx.parent_kind.resource),
+        name: parent.name_any(),
+        kind: ctx.parent_kind.resource.kind.clone(),
+        reference: parent.object_ref(&ctx.parent_kind.resource),
+    };
+    let plan = match plan::plan(&ctx.shared.snapshot().0.renderer, rule, &parent_json, &observed, &now) {
+        Ok(plan) => plan,
+        Err(e) => {
+            report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
+            return Err(e.into());
+        }
+    };
+    match apply_plan(&cluster, &handle, rule, plan, parent_json.clone(), &observed, &now).await {
+        Ok(actions_ran) => {
+            if let Ok(mut failures) = ctx.failures.lock() {
+                failures.remove(&uid);
+            }
+            let resync = rule.resync.unwrap_or(ctx.shared.default_resync);
+            Ok(Action::requeue(if actions_ran {
+                Duration::from_secs(1)
+            } else {
+                jittered(resync, &uid)
+            }))
+        }
+        Err(e @ ApplyError::Immutable { .. }) => {
+            report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
+            Ok(Action::requeue(rule.resync.unwrap_or(ctx.shared.default_resync)))
+        }
+        Err(e) => {
+            report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// Applies a plan: children, prune, actions, then status. Returns whether an action ran (its
+/// status writes supersede the plan's status patch, which the next reconcile recomputes).
+async fn apply_plan(
+    cluster: &Cluster<'_>,
+    handle: &ParentHandle,
+    rule: &Rule,
+    plan: Plan,
+    mut parent: Value,
+    observed: &[Value],
+    now: &str,
+) -> Result<bool, ApplyError> {
+    let mut child_error = None;
+    for child in &plan.children {
+        let live = observed
+            .iter()
+            .find(|o| ObjectRef::of(o).as_ref() == Some(&child.target));
+        let reason = match apply_child(cluster, child, live).await {
+            Ok(ChildOutcome::Unchanged) => continue,
+            Ok(ChildOutcome::Created) => "ChildCreated",
+            Ok(ChildOutcome::Updated) => "ChildUpdated",
+            Ok(ChildOutcome::Recreated) => "ChildRecreated",
+            Err(e) => {
+                // Other children still converge; the first failure is reported after them.
+                child_error.get_or_insert(e);
+                continue;
+            }
+        };
+        events::publish(
+            cluster,
+            handle,
+            EventType::Normal,
+            reason,
+            format!("{} ({})", child.target, child.id),
+        )
+        .await;
+    }
+    if let Some(e) = child_error {
+        return Err(e);
+    }
+    for target in &plan.prune {
+        delete(cluster, target).await?;
+        events::publish(
+            cluster,
+            handle,
+            EventType::Normal,
+            "ChildPruned",
+            format!("{target} is no longer desired"),
+        )
+        .await;
+    }
+    let mut ran = false;
+    let mut first_error = None;
+    for decision in plan.actions.iter().filter(|d| d.run) {
+        let Some(spec) = rule.spec.actions.iter().find(|a| a.id.value == decision.id) else {
+            continue;
+        };
+        ran = true;
+        match actions::run(cluster, handle, &mut parent, spec, decision, now).await {
+            Ok(()) => {
+                cluster.admin.metrics.inc(
+                    "ruleop_actions_total",
+                    &[("rule", &rule.name), ("action", &decision.id), ("result", "ok")],
+                );
+                events::publish(
+                    cluster,
+                    handle,
+                    EventType::Normal,
+                    "ActionRan",
+                    format!("{}: {}", decision.id, decision.reason),
+                )
+                .await;
+            }
+            Err(e) => {
+                cluster.admin.metrics.inc(
+                    "ruleop_actions_total",
+                    &[("rule", &rule.name), ("action", &decision.id), ("result", "error")],
+                );
+                if !matches!(e, ApplyError::Conflict(_)) {
+                    events::publish(cluster, handle, EventType::Warning, e.reason(), e.to_string()).await;
+                }
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    if !ran && let Some(patch) = &plan.status_patch {
+        cluster.patch_status(handle, patch).await.map_err(ApplyError::Status)?;
+    }
+    Ok(ran)
+}
+
+/// Writes `Ready=False` with the reason (only when that changes the status) and an Event then.
+async fn report_failure(
+    cluster: &Cluster<'_>,
+    handle: &ParentHandle,
+    parent: &Value,
+    reason: &str,
+    message: &str,
+    now: &str,
+) {
+    warn!(parent = %handle.name, reason, message, "reconcile failed");
+    let Some(patch) = plan::failure_status_patch(parent, reason, message, now) else {
+        return;
+    };
+    if let Err(e) = cluster.patch_status(handle, &patch).await {
+        warn!(parent = %handle.name, error = %e, "writing the failure status failed");
+    }
+    events::publish(cluster, handle, EventType::Warning, reason, message.to_owned()).await;
+}
+
+fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<RuleContext>) -> Action {
+    if matches!(error, ReconcileError::Apply(ApplyError::Conflict(_))) {
+        return Action::requeue(Duration::from_millis(200));
+    }
+    let uid = parent.uid().unwrap_or_default();
+    let failures = ctx.failures.lock().map_or(1, |mut failures| {
+        let count = failures.entry(uid).or_insert(0);
+        *count += 1;
+        *count
+    });
+    let delay = Duration::from_millis(500)
+        .saturating_mul(2u32.saturating_pow(failures.min(16)))
+        .min(MAX_BACKOFF);
+    debug!(parent = %parent.name_any(), reason = error.reason(), ?delay, "backing off");
+    Action::requeue(delay)
+}
+
+/// `period` plus up to 10% spread by parent and time, so N parents do not resync in one burst.
+fn jittered(period: Duration, uid: &str) -> Duration {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    uid.hash(&mut hasher);
+    std::time::SystemTime::now().hash(&mut hasher);
+    let spread = period.as_millis() as u64 / 10;
+    period + Duration::from_millis(if spread == 0 { 0 } else { hasher.finish() % spread })
+}
