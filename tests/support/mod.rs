@@ -1,0 +1,291 @@
+//! Test support for integration tests against the real control plane in tests/apiserver.
+//!
+//! The control plane is started once per test binary (or reused when `KUBECONFIG` is set, as
+//! `make test` does); it exits when this process does (it watches its stdin). Each test gets
+//! its own namespace and, when it needs one, its own `ruleop run` child process.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The project root.
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A running (or reused) control plane.
+pub struct ControlPlane {
+    /// Admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    _process: Option<Mutex<(Child, ChildStdin)>>,
+}
+
+/// The control plane of this test run, started on first use.
+pub fn control_plane() -> &'static ControlPlane {
+    static PLANE: OnceLock<ControlPlane> = OnceLock::new();
+    PLANE.get_or_init(|| {
+        if let Ok(path) = std::env::var("KUBECONFIG")
+            && !path.is_empty()
+        {
+            return ControlPlane { kubeconfig: PathBuf::from(path), _process: None };
+        }
+        let (child, stdin, kubeconfig) = start_apiserver(&[]);
+        ControlPlane { kubeconfig, _process: Some(Mutex::new((child, stdin))) }
+    })
+}
+
+/// Builds (if needed) and starts a control plane; returns it with the kubeconfig path.
+pub fn start_apiserver(extra: &[&str]) -> (Child, ChildStdin, PathBuf) {
+    let bin = root().join("tests/apiserver/bin/apiserver");
+    if !bin.exists() {
+        let status = Command::new(root().join("tests/apiserver/ctl.sh")).arg("build").status().expect("ctl.sh build");
+        assert!(status.success(), "building the control plane failed");
+    }
+    let mut child = Command::new(&bin)
+        .arg("--exit-with-stdin")
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the control plane");
+    let stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read READY line");
+    let path = line
+        .trim()
+        .strip_prefix("READY kubeconfig=")
+        .unwrap_or_else(|| panic!("unexpected first line from the control plane: {line:?}"));
+    (child, stdin, PathBuf::from(path))
+}
+
+/// Runs kubectl against the control plane.
+pub fn kubectl(args: &[&str]) -> Output {
+    kubectl_with_stdin(args, None)
+}
+
+/// Runs kubectl with `input` on stdin.
+pub fn kubectl_with_stdin(args: &[&str], input: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    if let Some(input) = input {
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+    }
+    child.wait_with_output().expect("kubectl finishes")
+}
+
+/// Runs kubectl and returns stdout, panicking with stderr on failure.
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let out = kubectl(args);
+    assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kubectl apply -f -` of some YAML.
+pub fn apply_yaml(namespace: &str, yaml: &str) {
+    let out = kubectl_with_stdin(&["apply", "-n", namespace, "-f", "-"], Some(yaml));
+    assert!(out.status.success(), "kubectl apply failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A JSONPath read of an object; empty if it does not exist.
+pub fn get(namespace: &str, what: &str, jsonpath: &str) -> String {
+    let out = kubectl(&["get", "-n", namespace, what, "-o", &format!("jsonpath={jsonpath}")]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether an object exists.
+pub fn exists(namespace: &str, what: &str) -> bool {
+    kubectl(&["get", "-n", namespace, what]).status.success()
+}
+
+/// Installs the shipped CRDs (idempotent) and waits until they are served.
+pub fn install_crds() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        kubectl_ok(&["apply", "-f", &root().join("deploy/crds").display().to_string()]);
+        kubectl_ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]);
+    });
+}
+
+/// Polls `check` every 100 ms until it is true, panicking after `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    start.elapsed()
+}
+
+/// A namespace of its own for one test, deleted when dropped.
+pub struct Namespace(pub String);
+
+impl Namespace {
+    /// Creates `<prefix>-<random>`.
+    pub fn new(prefix: &str) -> Self {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let name = format!("{prefix}-{:x}", nanos ^ std::process::id());
+        kubectl_ok(&["create", "namespace", &name]);
+        Namespace(name)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = kubectl(&["delete", "namespace", &self.0, "--wait=false"]);
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// A `ruleop run` child process, stopped with SIGTERM when dropped.
+pub struct Operator {
+    child: Child,
+    /// Admin address (metrics).
+    pub admin: String,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Operator {
+    /// Starts `ruleop run` for one namespace and waits until it is ready.
+    pub fn start(rules: &Path, templates: &Path, namespace: &str) -> Self {
+        Self::start_with(rules, templates, namespace, &[])
+    }
+
+    /// Like [`Operator::start`], with extra flags.
+    pub fn start_with(rules: &Path, templates: &Path, namespace: &str, extra: &[&str]) -> Self {
+        let admin = format!("127.0.0.1:{}", free_port());
+        let log = std::env::temp_dir().join(format!("ruleop-{namespace}-{}.log", free_port()));
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_ruleop"))
+            .arg("run")
+            .args(["--rules", &rules.display().to_string(), "--templates", &templates.display().to_string()])
+            .args(["--namespace", namespace, "--admin-addr", &admin])
+            .args(extra)
+            .env("KUBECONFIG", &control_plane().kubeconfig)
+            .env("RUST_LOG", "info,ruleop=debug,kube=warn")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("start ruleop");
+        let operator = Operator { child, admin, log };
+        wait_until(Duration::from_secs(30), "ruleop to be ready", || {
+            operator.get("/readyz").is_some_and(|body| body.starts_with("ok"))
+        });
+        operator
+    }
+
+    /// GETs an admin path; `None` if it does not answer 200.
+    pub fn get(&self, path: &str) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.admin).ok()?;
+        stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (head, body) = response.split_once("\r\n\r\n")?;
+        head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+    }
+
+    /// The sum of a ruleop counter over series containing every `key="value"` in `filter`.
+    pub fn metric(&self, name: &str, filter: &[(&str, &str)]) -> u64 {
+        sum_metric(&self.get("/metrics").unwrap_or_default(), name, filter)
+    }
+
+    /// The operator's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for exit; returns whether it exited successfully.
+    pub fn stop(mut self) -> bool {
+        self.terminate()
+    }
+
+    fn terminate(&mut self) -> bool {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        false
+    }
+
+    /// Kills it with SIGKILL (no chance to clean up).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+        }
+    }
+}
+
+/// Sums a Prometheus counter over the series whose labels include every `(key, value)`.
+pub fn sum_metric(text: &str, name: &str, filter: &[(&str, &str)]) -> u64 {
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")))
+        .filter(|line| filter.iter().all(|(k, v)| line.contains(&format!("{k}=\"{v}\""))))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Write requests (POST, PUT, PATCH) the API server has served for these resources, from its
+/// own `apiserver_request_total` counter.
+pub fn apiserver_writes(resources: &[&str]) -> u64 {
+    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
+    ["POST", "PUT", "PATCH"]
+        .iter()
+        .flat_map(|verb| resources.iter().map(move |r| (*verb, *r)))
+        .map(|(verb, resource)| sum_metric(&text, "apiserver_request_total", &[("verb", verb), ("resource", resource)]))
+        .sum()
+}
+
+/// A rules directory: the shipped rules with `edit` applied to each file's text.
+pub fn rules_dir(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for entry in std::fs::read_dir(root().join("rules")).expect("rules").flatten() {
+        let text = std::fs::read_to_string(entry.path()).expect("read rule");
+        std::fs::write(dir.path().join(entry.file_name()), edit(&text)).expect("write rule");
+    }
+    dir
+}
+
+/// The shipped templates directory.
+pub fn templates() -> PathBuf {
+    root().join("templates")
+}
+
+/// A Database manifest.
+pub fn database(name: &str, replicas: u32, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: myorg.io/v1\nkind: Database\nmetadata:\n  name: {name}\nspec:\n  version: \"16\"\n  replicas: {replicas}\n  storage:\n    size: 1Gi\n{extra_spec}"
+    )
+}
