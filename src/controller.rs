@@ -311,6 +311,7 @@ async fn apply_plan(
         events::publish(
             cluster,
             handle,
+            Some(&child.target),
             EventType::Normal,
             reason,
             format!("{} ({})", child.target, child.id),
@@ -325,6 +326,7 @@ async fn apply_plan(
         events::publish(
             cluster,
             handle,
+            Some(target),
             EventType::Normal,
             "ChildPruned",
             format!("{target} is no longer desired"),
@@ -347,6 +349,7 @@ async fn apply_plan(
                 events::publish(
                     cluster,
                     handle,
+                    None,
                     EventType::Normal,
                     "ActionRan",
                     format!("{}: {}", decision.id, decision.reason),
@@ -359,7 +362,7 @@ async fn apply_plan(
                     &[("rule", &rule.name), ("action", &decision.id), ("result", "error")],
                 );
                 if !matches!(e, ApplyError::Conflict(_)) {
-                    events::publish(cluster, handle, EventType::Warning, e.reason(), e.to_string()).await;
+                    events::publish(cluster, handle, None, EventType::Warning, e.reason(), e.to_string()).await;
                 }
                 first_error.get_or_insert(e);
             }
@@ -390,7 +393,7 @@ async fn report_failure(
     if let Err(e) = cluster.patch_status(handle, &patch).await {
         warn!(parent = %handle.name, error = %e, "writing the failure status failed");
     }
-    events::publish(cluster, handle, EventType::Warning, reason, message.to_owned()).await;
+    events::publish(cluster, handle, None, EventType::Warning, reason, message.to_owned()).await;
 }
 
 fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<RuleContext>) -> Action {

@@ -24,14 +24,42 @@ fn database_crd_serves_objects_and_a_status_subresource() {
     assert_eq!(get(&ns.0, "database/orders", "{.spec.version}"), "16");
     assert_eq!(get(&ns.0, "database/orders", "{.metadata.generation}"), "1");
 
-    kubectl_ok(&["patch", "-n", &ns.0, "database/orders", "--subresource=status", "--type=merge", "-p", r#"{"status":{"endpoint":"x"}}"#]);
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "database/orders",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"endpoint":"x"}}"#,
+    ]);
     assert_eq!(get(&ns.0, "database/orders", "{.status.endpoint}"), "x");
-    assert_eq!(get(&ns.0, "database/orders", "{.metadata.generation}"), "1", "a status change keeps the generation");
+    assert_eq!(
+        get(&ns.0, "database/orders", "{.metadata.generation}"),
+        "1",
+        "a status change keeps the generation"
+    );
 
-    kubectl_ok(&["patch", "-n", &ns.0, "database/orders", "--type=merge", "-p", r#"{"spec":{"replicas":2}}"#]);
-    assert_eq!(get(&ns.0, "database/orders", "{.metadata.generation}"), "2", "a spec change bumps the generation");
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "database/orders",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":2}}"#,
+    ]);
+    assert_eq!(
+        get(&ns.0, "database/orders", "{.metadata.generation}"),
+        "2",
+        "a spec change bumps the generation"
+    );
 
-    let out = kubectl_with_stdin(&["apply", "-n", &ns.0, "-f", "-"], Some(&database("bad", 1, "").replace("\"16\"", "16")));
+    let out = kubectl_with_stdin(
+        &["apply", "-n", &ns.0, "-f", "-"],
+        Some(&database("bad", 1, "").replace("\"16\"", "16")),
+    );
     assert!(!out.status.success(), "the CRD schema rejects a numeric version");
 }
 
@@ -48,9 +76,11 @@ fn deleting_a_parent_cascades_to_its_owned_child() {
         ),
     );
     kubectl_ok(&["delete", "-n", &ns.0, "database/owner", "--wait=false"]);
-    let took = wait_until(Duration::from_secs(60), "the garbage collector to delete the child", || {
-        !exists(&ns.0, "configmap/child")
-    });
+    let took = wait_until(
+        Duration::from_secs(60),
+        "the garbage collector to delete the child",
+        || !exists(&ns.0, "configmap/child"),
+    );
     eprintln!("cascading deletion took {took:?}");
 }
 
@@ -62,7 +92,9 @@ fn namespace_deletion_completes() {
     apply_yaml(&ns, &database("a", 1, ""));
     apply_yaml(&ns, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n");
     kubectl_ok(&["delete", "namespace", &ns, "--wait=false"]);
-    let took = wait_until(Duration::from_secs(60), "the namespace to be gone", || !exists("", &format!("namespace/{ns}")));
+    let took = wait_until(Duration::from_secs(60), "the namespace to be gone", || {
+        !exists("", &format!("namespace/{ns}"))
+    });
     eprintln!("namespace deletion took {took:?}");
 }
 
@@ -79,16 +111,31 @@ async fn server_side_apply_is_idempotent_and_reports_conflicts() {
     let ns = Namespace::new("cp-ssa");
     let api: Api<ConfigMap> = Api::namespaced(client().await, &ns.0);
     let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"k": "1"}});
-    let first = api.patch("ssa", &PatchParams::apply("one"), &Patch::Apply(&object)).await.expect("apply");
-    let again = api.patch("ssa", &PatchParams::apply("one"), &Patch::Apply(&object)).await.expect("re-apply");
-    assert_eq!(first.metadata.resource_version, again.metadata.resource_version, "a no-op apply changes nothing");
+    let first = api
+        .patch("ssa", &PatchParams::apply("one"), &Patch::Apply(&object))
+        .await
+        .expect("apply");
+    let again = api
+        .patch("ssa", &PatchParams::apply("one"), &Patch::Apply(&object))
+        .await
+        .expect("re-apply");
+    assert_eq!(
+        first.metadata.resource_version, again.metadata.resource_version,
+        "a no-op apply changes nothing"
+    );
 
     let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"k": "2"}});
-    match api.patch("ssa", &PatchParams::apply("two"), &Patch::Apply(&other)).await {
+    match api
+        .patch("ssa", &PatchParams::apply("two"), &Patch::Apply(&other))
+        .await
+    {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 409, "{status:?}"),
         other => panic!("expected a 409 conflict, got {other:?}"),
     }
-    let forced = api.patch("ssa", &PatchParams::apply("two").force(), &Patch::Apply(&other)).await.expect("forced");
+    let forced = api
+        .patch("ssa", &PatchParams::apply("two").force(), &Patch::Apply(&other))
+        .await
+        .expect("forced");
     assert_eq!(forced.data.and_then(|d| d.get("k").cloned()).as_deref(), Some("2"));
 }
 
@@ -98,10 +145,16 @@ fn a_stopped_control_plane_leaves_no_process_and_no_temp_dir() {
     let data_dir = kubeconfig.parent().expect("data dir").to_path_buf();
     assert!(data_dir.exists());
     let pid = child.id().to_string();
-    std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
     let status = child.wait().expect("exits");
     drop(stdin);
     assert!(status.success(), "clean exit, got {status:?}");
     assert!(!data_dir.exists(), "{} was not removed", data_dir.display());
-    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "process {pid} is still there");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "process {pid} is still there"
+    );
 }

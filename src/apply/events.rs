@@ -3,10 +3,22 @@
 use kube::runtime::events::{Event, EventType};
 use tracing::warn;
 
-use super::{Cluster, ParentHandle};
+use k8s_openapi::api::core::v1::ObjectReference;
 
-/// Publishes an Event; a failure to publish is logged, never fatal.
-pub async fn publish(cluster: &Cluster<'_>, parent: &ParentHandle, type_: EventType, reason: &str, note: String) {
+use super::{Cluster, ParentHandle};
+use crate::plan::children::ObjectRef;
+
+/// Publishes an Event on the parent, about `child` when given (Events with the same reason
+/// about different children stay separate instead of folding into one series); a failure to
+/// publish is logged, never fatal.
+pub async fn publish(
+    cluster: &Cluster<'_>,
+    parent: &ParentHandle,
+    child: Option<&ObjectRef>,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let mut note = note;
     if note.len() > 1000 {
         let mut cut = 1000;
@@ -20,7 +32,13 @@ pub async fn publish(cluster: &Cluster<'_>, parent: &ParentHandle, type_: EventT
         reason: reason.to_owned(),
         note: Some(note),
         action: "Reconcile".to_owned(),
-        secondary: None,
+        secondary: child.map(|c| ObjectReference {
+            api_version: Some(c.api_version.clone()),
+            kind: Some(c.kind.clone()),
+            name: Some(c.name.clone()),
+            namespace: Some(c.namespace.clone()),
+            ..ObjectReference::default()
+        }),
     };
     cluster.count_write("POST", "Event");
     if let Err(e) = cluster.recorder.publish(&event, &parent.reference).await {

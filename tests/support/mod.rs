@@ -31,10 +31,16 @@ pub fn control_plane() -> &'static ControlPlane {
         if let Ok(path) = std::env::var("KUBECONFIG")
             && !path.is_empty()
         {
-            return ControlPlane { kubeconfig: PathBuf::from(path), _process: None };
+            return ControlPlane {
+                kubeconfig: PathBuf::from(path),
+                _process: None,
+            };
         }
         let (child, stdin, kubeconfig) = start_apiserver(&[]);
-        ControlPlane { kubeconfig, _process: Some(Mutex::new((child, stdin))) }
+        ControlPlane {
+            kubeconfig,
+            _process: Some(Mutex::new((child, stdin))),
+        }
     })
 }
 
@@ -42,7 +48,10 @@ pub fn control_plane() -> &'static ControlPlane {
 pub fn start_apiserver(extra: &[&str]) -> (Child, ChildStdin, PathBuf) {
     let bin = root().join("tests/apiserver/bin/apiserver");
     if !bin.exists() {
-        let status = Command::new(root().join("tests/apiserver/ctl.sh")).arg("build").status().expect("ctl.sh build");
+        let status = Command::new(root().join("tests/apiserver/ctl.sh"))
+            .arg("build")
+            .status()
+            .expect("ctl.sh build");
         assert!(status.success(), "building the control plane failed");
     }
     let mut child = Command::new(&bin)
@@ -81,7 +90,12 @@ pub fn kubectl_with_stdin(args: &[&str], input: Option<&str>) -> Output {
         .spawn()
         .expect("kubectl runs");
     if let Some(input) = input {
-        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
     }
     child.wait_with_output().expect("kubectl finishes")
 }
@@ -89,14 +103,22 @@ pub fn kubectl_with_stdin(args: &[&str], input: Option<&str>) -> Output {
 /// Runs kubectl and returns stdout, panicking with stderr on failure.
 pub fn kubectl_ok(args: &[&str]) -> String {
     let out = kubectl(args);
-    assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `kubectl apply -f -` of some YAML.
 pub fn apply_yaml(namespace: &str, yaml: &str) {
     let out = kubectl_with_stdin(&["apply", "-n", namespace, "-f", "-"], Some(yaml));
-    assert!(out.status.success(), "kubectl apply failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A JSONPath read of an object; empty if it does not exist.
@@ -123,7 +145,10 @@ pub fn install_crds() {
 pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     while !check() {
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     start.elapsed()
@@ -135,7 +160,9 @@ pub struct Namespace(pub String);
 impl Namespace {
     /// Creates `<prefix>-<random>`.
     pub fn new(prefix: &str) -> Self {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
         let name = format!("{prefix}-{:x}", nanos ^ std::process::id());
         kubectl_ok(&["create", "namespace", &name]);
         Namespace(name)
@@ -150,7 +177,10 @@ impl Drop for Namespace {
 
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 /// A `ruleop run` child process, stopped with SIGTERM when dropped.
@@ -175,7 +205,12 @@ impl Operator {
         let log_file = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_ruleop"))
             .arg("run")
-            .args(["--rules", &rules.display().to_string(), "--templates", &templates.display().to_string()])
+            .args([
+                "--rules",
+                &rules.display().to_string(),
+                "--templates",
+                &templates.display().to_string(),
+            ])
             .args(["--namespace", namespace, "--admin-addr", &admin])
             .args(extra)
             .env("KUBECONFIG", &control_plane().kubeconfig)
@@ -197,7 +232,9 @@ impl Operator {
     pub fn get(&self, path: &str) -> Option<String> {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(&self.admin).ok()?;
-        stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes()).ok()?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+            .ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).ok()?;
         let (head, body) = response.split_once("\r\n\r\n")?;
@@ -220,7 +257,9 @@ impl Operator {
     }
 
     fn terminate(&mut self) -> bool {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -264,7 +303,13 @@ pub fn apiserver_writes(resources: &[&str]) -> u64 {
     ["POST", "PUT", "PATCH"]
         .iter()
         .flat_map(|verb| resources.iter().map(move |r| (*verb, *r)))
-        .map(|(verb, resource)| sum_metric(&text, "apiserver_request_total", &[("verb", verb), ("resource", resource)]))
+        .map(|(verb, resource)| {
+            sum_metric(
+                &text,
+                "apiserver_request_total",
+                &[("verb", verb), ("resource", resource)],
+            )
+        })
         .sum()
 }
 

@@ -1,0 +1,77 @@
+//! Once or a thousand times, same outcome, no side effects: a converged parent reconciled
+//! 1,000 times makes zero write requests, and status writes do not trigger themselves.
+//! Alone in its test binary so the API server's write counters see only this test.
+
+mod support;
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// The write counters are cluster-wide: these tests take turns.
+static ALONE: Mutex<()> = Mutex::new(());
+
+const RESOURCES: &[&str] = &["services", "statefulsets", "databases", "jobs"];
+
+#[test]
+fn a_thousand_reconciles_of_a_converged_parent_write_nothing() {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    install_crds();
+    let ns = Namespace::new("idem");
+    let rules = rules_dir(|text| text.replace("resync: 10m", "resync: 10ms"));
+    let operator = Operator::start(rules.path(), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 2, "  backup:\n    enabled: true\n"));
+    wait_until(Duration::from_secs(30), "convergence", || {
+        get(&ns.0, "database/orders", "{.status.observedGeneration}") == "1"
+            && get(&ns.0, "database/orders", "{.status.actions.backup.phase}") == "Done"
+            && exists(&ns.0, "statefulset/orders")
+    });
+    // Let the last status write's watch event and the action's requeue settle.
+    std::thread::sleep(Duration::from_secs(2));
+
+    let writes_before = apiserver_writes(RESOURCES);
+    let ruleop_writes_before = operator.metric("ruleop_api_writes_total", &[]);
+    let reconciles_before = operator.metric("ruleop_reconciles_total", &[("rule", "database")]);
+    let start = Instant::now();
+    wait_until(Duration::from_secs(120), "1,000 more reconciles", || {
+        operator.metric("ruleop_reconciles_total", &[("rule", "database")]) >= reconciles_before + 1000
+    });
+    let reconciles = operator.metric("ruleop_reconciles_total", &[("rule", "database")]) - reconciles_before;
+    let writes = apiserver_writes(RESOURCES) - writes_before;
+    let ruleop_writes = operator.metric("ruleop_api_writes_total", &[]) - ruleop_writes_before;
+    eprintln!(
+        "{reconciles} reconciles in {:?}: {writes} API write requests, {ruleop_writes} counted by ruleop",
+        start.elapsed()
+    );
+    assert_eq!(writes, 0, "the API server saw writes to {RESOURCES:?}");
+    assert_eq!(ruleop_writes, 0, "ruleop sent write requests");
+    assert_eq!(
+        kubectl_ok(&["get", "jobs", "-n", &ns.0, "-o", "name"]).lines().count(),
+        1,
+        "exactly one backup Job"
+    );
+    assert_eq!(operator.metric("ruleop_reconciles_total", &[("result", "error")]), 0);
+}
+
+#[test]
+fn status_writes_do_not_trigger_more_reconciles() {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    install_crds();
+    let ns = Namespace::new("idem-bounded");
+    let rules = rules_dir(|text| text.replace("resync: 10m", "resync: 2s"));
+    let operator = Operator::start(rules.path(), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(Duration::from_secs(30), "convergence", || {
+        get(&ns.0, "database/orders", "{.status.observedGeneration}") == "1"
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let before = operator.metric("ruleop_reconciles_total", &[("rule", "database")]);
+    std::thread::sleep(Duration::from_secs(10));
+    let during = operator.metric("ruleop_reconciles_total", &[("rule", "database")]) - before;
+    eprintln!("{during} reconciles of a converged parent in 10 s with resync 2s");
+    assert!(
+        (3..=6).contains(&during),
+        "expected about one reconcile per 2 s resync, got {during}"
+    );
+}

@@ -1,0 +1,213 @@
+//! The live engine against the real control plane: children, status, drift, pruning, errors.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn shipped_operator(ns: &Namespace) -> Operator {
+    install_crds();
+    Operator::start(&root().join("rules"), &templates(), &ns.0)
+}
+
+fn converged(ns: &str, name: &str) -> bool {
+    let generation = get(ns, &format!("database/{name}"), "{.metadata.generation}");
+    !generation.is_empty() && get(ns, &format!("database/{name}"), "{.status.observedGeneration}") == generation
+}
+
+#[test]
+fn a_new_database_gets_its_service_statefulset_and_status() {
+    let ns = Namespace::new("live-create");
+    let _operator = shipped_operator(&ns);
+    apply_yaml(&ns.0, &database("orders", 2, ""));
+    wait_until(WAIT, "the children", || {
+        exists(&ns.0, "service/orders-svc") && exists(&ns.0, "statefulset/orders")
+    });
+    wait_until(WAIT, "observedGeneration", || converged(&ns.0, "orders"));
+
+    assert_eq!(get(&ns.0, "service/orders-svc", "{.spec.ports[0].port}"), "5432");
+    assert_eq!(get(&ns.0, "service/orders-svc", "{.spec.selector.app}"), "orders");
+    let uid = get(&ns.0, "database/orders", "{.metadata.uid}");
+    for child in ["service/orders-svc", "statefulset/orders"] {
+        assert_eq!(
+            get(&ns.0, child, "{.metadata.ownerReferences[0].uid}"),
+            uid,
+            "{child} is owned"
+        );
+        assert_eq!(get(&ns.0, child, "{.metadata.ownerReferences[0].controller}"), "true");
+    }
+    assert_eq!(
+        get(&ns.0, "statefulset/orders", "{.spec.template.spec.containers[0].image}"),
+        "postgres:16"
+    );
+    assert_eq!(
+        get(&ns.0, "database/orders", "{.status.endpoint}"),
+        format!("orders-svc.{}.svc:5432", ns.0)
+    );
+    assert_eq!(
+        get(
+            &ns.0,
+            "database/orders",
+            "{.status.conditions[?(@.type==\"Ready\")].status}"
+        ),
+        "False"
+    );
+    let events = kubectl_ok(&["get", "events", "-n", &ns.0, "-o", "jsonpath={.items[*].reason}"]);
+    assert!(events.contains("ChildCreated"), "events: {events}");
+}
+
+#[test]
+fn a_replicas_change_updates_the_statefulset_and_observed_generation() {
+    let ns = Namespace::new("live-update");
+    let _operator = shipped_operator(&ns);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "convergence", || converged(&ns.0, "orders"));
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "database/orders",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":3}}"#,
+    ]);
+    wait_until(WAIT, "3 replicas", || {
+        get(&ns.0, "statefulset/orders", "{.spec.replicas}") == "3"
+    });
+    wait_until(WAIT, "observedGeneration 2", || {
+        get(&ns.0, "database/orders", "{.status.observedGeneration}") == "2"
+    });
+}
+
+#[test]
+fn drift_is_reverted_without_waiting_for_resync_and_foreign_fields_survive() {
+    let ns = Namespace::new("live-drift");
+    let _operator = shipped_operator(&ns);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "convergence", || {
+        converged(&ns.0, "orders") && exists(&ns.0, "statefulset/orders")
+    });
+
+    kubectl_ok(&[
+        "annotate",
+        "-n",
+        &ns.0,
+        "service/orders-svc",
+        "other.io/owner=someone-else",
+    ]);
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "service/orders-svc",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/ports/0/port","value":6000}]"#,
+    ]);
+    let took = wait_until(Duration::from_secs(10), "the port to be restored", || {
+        get(&ns.0, "service/orders-svc", "{.spec.ports[*].port}") == "5432"
+    });
+    eprintln!("port drift reverted in {took:?} (resync is 10m)");
+    assert_eq!(
+        get(&ns.0, "service/orders-svc", "{.metadata.annotations.other\\.io/owner}"),
+        "someone-else"
+    );
+
+    let old_uid = get(&ns.0, "statefulset/orders", "{.metadata.uid}");
+    kubectl_ok(&["delete", "-n", &ns.0, "statefulset/orders", "--wait=false"]);
+    wait_until(Duration::from_secs(10), "the StatefulSet to be recreated", || {
+        let uid = get(&ns.0, "statefulset/orders", "{.metadata.uid}");
+        !uid.is_empty() && uid != old_uid
+    });
+}
+
+#[test]
+fn a_child_whose_when_turns_false_is_pruned_and_deleting_the_parent_removes_all() {
+    let ns = Namespace::new("live-prune");
+    let _operator = shipped_operator(&ns);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "the StatefulSet", || exists(&ns.0, "statefulset/orders"));
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "database/orders",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":0}}"#,
+    ]);
+    wait_until(WAIT, "the StatefulSet to be pruned", || {
+        !exists(&ns.0, "statefulset/orders")
+    });
+    assert!(exists(&ns.0, "service/orders-svc"), "the Service is still desired");
+
+    kubectl_ok(&["delete", "-n", &ns.0, "database/orders", "--wait=false"]);
+    wait_until(WAIT, "the garbage collector to remove the Service", || {
+        !exists(&ns.0, "service/orders-svc")
+    });
+}
+
+#[test]
+fn a_template_error_on_one_parent_applies_nothing_for_it_and_others_keep_going() {
+    let ns = Namespace::new("live-error");
+    let _operator = shipped_operator(&ns);
+    apply_yaml(&ns.0, &database("broken", 1, "    className: \"fast: ssd\"\n"));
+    apply_yaml(&ns.0, &database("healthy", 1, ""));
+    wait_until(WAIT, "the healthy parent's children", || {
+        exists(&ns.0, "statefulset/healthy")
+    });
+    wait_until(WAIT, "Ready=False on the broken parent", || {
+        get(
+            &ns.0,
+            "database/broken",
+            "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        ) == "RenderFailed"
+    });
+    let message = get(
+        &ns.0,
+        "database/broken",
+        "{.status.conditions[?(@.type==\"Ready\")].message}",
+    );
+    assert!(
+        message.contains("database/statefulset.yaml.j2:55"),
+        "message names the template line: {message}"
+    );
+    assert!(
+        !exists(&ns.0, "service/broken-svc"),
+        "nothing is applied for the broken parent"
+    );
+    assert!(!exists(&ns.0, "statefulset/broken"));
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.0,
+        "--field-selector",
+        "involvedObject.name=broken",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    assert!(events.contains("RenderFailed"), "events: {events}");
+}
+
+#[test]
+fn two_rules_for_two_kinds_run_side_by_side() {
+    let ns = Namespace::new("live-two");
+    let _operator = shipped_operator(&ns);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    apply_yaml(
+        &ns.0,
+        "apiVersion: myorg.io/v1\nkind: Cache\nmetadata: {name: sessions}\nspec: {maxMemory: 64mb}\n",
+    );
+    wait_until(WAIT, "both parents' children", || {
+        exists(&ns.0, "statefulset/orders")
+            && exists(&ns.0, "deployment/sessions-cache")
+            && exists(&ns.0, "service/sessions-cache")
+    });
+    wait_until(WAIT, "the Cache status", || {
+        get(&ns.0, "cache/sessions", "{.status.address}") == format!("sessions-cache.{}.svc:6379", ns.0)
+    });
+}
