@@ -90,8 +90,23 @@ struct RuleContext {
     shared: Arc<Shared>,
     rule_name: String,
     parent_kind: ServedKind,
-    child_stores: Vec<Store<DynamicObject>>,
+    child_stores: Vec<(kube::discovery::ApiResource, Store<DynamicObject>)>,
     failures: Mutex<HashMap<String, u32>>,
+    /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
+    /// `Store::wait_until_ready` wakes only the last of several concurrent waiters.
+    children_synced: tokio::sync::watch::Receiver<bool>,
+}
+
+/// A channel that turns true once every store has synced.
+fn synced_signal(stores: Vec<Store<DynamicObject>>) -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(stores.is_empty());
+    tokio::spawn(async move {
+        for store in stores {
+            let _ = store.wait_until_ready().await;
+        }
+        let _ = tx.send(true);
+    });
+    rx
 }
 
 /// A running controller and the handles to steer it.
@@ -152,7 +167,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
             .get(api_version, kind)
             .ok_or_else(|| ApplyError::UnknownKind(format!("{api_version} {kind}")))?;
         let writer = Writer::new(served.resource.clone());
-        child_stores.push(writer.as_reader());
+        child_stores.push((served.resource.clone(), writer.as_reader()));
         let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
         let stream = watcher(shared.api(served), ours)
             .default_backoff()
@@ -163,7 +178,9 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
     let (stop, stop_rx) = oneshot::channel::<()>();
     let concurrency = rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
+    let children_synced = synced_signal(child_stores.iter().map(|(_, store)| store.clone()).collect());
     let context = Arc::new(RuleContext {
+        children_synced,
         shared,
         rule_name: rule.name.clone(),
         parent_kind,
@@ -209,7 +226,9 @@ async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<
     {
         return Ok(Action::await_change());
     }
-    let result = reconcile_parent(&ctx, rule, &kinds, &parent, &namespace).await;
+    let started = std::time::Instant::now();
+    let result = reconcile_parent(&ctx, &set, rule, &kinds, &parent, &namespace).await;
+    debug!(parent = %parent.name_any(), elapsed = ?started.elapsed(), ok = result.is_ok(), "reconciled");
     let outcome = if result.is_ok() { "ok" } else { "error" };
     ctx.shared
         .admin
@@ -220,23 +239,26 @@ async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<
 
 async fn reconcile_parent(
     ctx: &RuleContext,
+    set: &RuleSet,
     rule: &Rule,
     kinds: &Kinds,
     parent: &DynamicObject,
     namespace: &str,
 ) -> Result<Action, ReconcileError> {
     let uid = parent.uid().unwrap_or_default();
-    for store in &ctx.child_stores {
-        // Planning against a child cache that has not listed yet would see every child missing.
-        let _ = store.wait_until_ready().await;
-    }
-    let parent_json = serde_json::to_value(parent).unwrap_or_default();
+    // Planning against a child cache that has not listed yet would see every child missing.
+    let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
+    let parent_json = with_type(parent, &ctx.parent_kind.resource);
     let observed: Vec<Value> = ctx
         .child_stores
         .iter()
-        .flat_map(|store| store.state())
-        .filter(|child| child.labels().get(LABEL_PARENT_UID) == Some(&uid))
-        .map(|child| serde_json::to_value(&*child).unwrap_or_default())
+        .flat_map(|(resource, store)| {
+            store
+                .state()
+                .into_iter()
+                .filter(|child| child.labels().get(LABEL_PARENT_UID) == Some(&uid))
+                .map(|child| with_type(&child, resource))
+        })
         .collect();
     let now = now_rfc3339();
     let cluster = Cluster {
@@ -251,29 +273,30 @@ async fn reconcile_parent(
         kind: ctx.parent_kind.resource.kind.clone(),
         reference: parent.object_ref(&ctx.parent_kind.resource),
     };
-    let plan = match plan::plan(&ctx.shared.snapshot().0.renderer, rule, &parent_json, &observed, &now) {
+    debug!(parent = %parent.name_any(), children = observed.len(), "planning");
+    let plan = match plan::plan(&set.renderer, rule, &parent_json, &observed, &now) {
         Ok(plan) => plan,
         Err(e) => {
             report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
             return Err(e.into());
         }
     };
+    let retry = plan.next_retry();
     match apply_plan(&cluster, &handle, rule, plan, parent_json.clone(), &observed, &now).await {
         Ok(actions_ran) => {
             if let Ok(mut failures) = ctx.failures.lock() {
                 failures.remove(&uid);
             }
-            let resync = rule.resync.unwrap_or(ctx.shared.default_resync);
-            Ok(Action::requeue(if actions_ran {
-                Duration::from_secs(1)
-            } else {
-                jittered(resync, &uid)
-            }))
+            let resync = jittered(rule.resync.unwrap_or(ctx.shared.default_resync), &uid);
+            let next = if actions_ran { Duration::from_secs(1) } else { resync };
+            Ok(Action::requeue(retry.map_or(next, |retry| retry.min(next))))
         }
         Err(e @ ApplyError::Immutable { .. }) => {
             report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
             Ok(Action::requeue(rule.resync.unwrap_or(ctx.shared.default_resync)))
         }
+        // The action layer already recorded these in status (and an Event); Ready is about children.
+        Err(e @ (ApplyError::Action { .. } | ApplyError::Conflict(_))) => Err(e.into()),
         Err(e) => {
             report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
             Err(e.into())
@@ -335,7 +358,9 @@ async fn apply_plan(
     }
     let mut ran = false;
     let mut first_error = None;
+    debug!(parent = %handle.name, "children applied");
     for decision in plan.actions.iter().filter(|d| d.run) {
+        debug!(parent = %handle.name, action = %decision.id, reason = %decision.reason, "running action");
         let Some(spec) = rule.spec.actions.iter().find(|a| a.id.value == decision.id) else {
             continue;
         };
@@ -372,7 +397,10 @@ async fn apply_plan(
         return Err(e);
     }
     if !ran && let Some(patch) = &plan.status_patch {
-        cluster.patch_status(handle, patch).await.map_err(ApplyError::Status)?;
+        cluster
+            .patch_status(handle, patch)
+            .await
+            .map_err(|e| ApplyError::Status(Box::new(e)))?;
     }
     Ok(ran)
 }
@@ -411,6 +439,17 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
         .min(MAX_BACKOFF);
     debug!(parent = %parent.name_any(), reason = error.reason(), ?delay, "backing off");
     Action::requeue(delay)
+}
+
+/// An object from a cache as JSON with its apiVersion and kind: objects that came from a
+/// LIST carry no type fields, and a child without them would never match its desired self.
+fn with_type(object: &DynamicObject, resource: &kube::discovery::ApiResource) -> Value {
+    let mut json = serde_json::to_value(object).unwrap_or_default();
+    if let Some(map) = json.as_object_mut() {
+        map.insert("apiVersion".to_owned(), Value::from(resource.api_version.clone()));
+        map.insert("kind".to_owned(), Value::from(resource.kind.clone()));
+    }
+    json
 }
 
 /// `period` plus up to 10% spread by parent and time, so N parents do not resync in one burst.

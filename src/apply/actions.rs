@@ -20,9 +20,6 @@ use crate::rules::model::ActionSpec;
 /// Condition summarising action failures; `False` while an action is failing.
 pub const ACTIONS_CONDITION: &str = "ActionsSucceeded";
 
-/// Attempts per webhook call within one reconcile (then the reconcile backs off and retries).
-const HTTP_ATTEMPTS: u32 = 3;
-
 /// Runs one action the plan decided to run. `parent` is the latest parent JSON and is
 /// replaced by the updated object after each status write.
 pub async fn run(
@@ -42,7 +39,13 @@ pub async fn run(
         .as_ref()
         .is_some_and(|r| r.phase == phase::PENDING && &r.key == key);
     if !already_pending {
-        let runs = record.as_ref().map_or(0, |r| r.runs) + u64::from(record.as_ref().is_none_or(|r| &r.key != key));
+        let same_key = record.as_ref().is_some_and(|r| &r.key == key);
+        let runs = record.as_ref().map_or(0, |r| r.runs) + u64::from(!same_key);
+        let attempts = if same_key {
+            record.as_ref().map_or(0, |r| r.attempts)
+        } else {
+            0
+        } + 1;
         let resource_version = parent
             .pointer("/metadata/resourceVersion")
             .cloned()
@@ -51,19 +54,20 @@ pub async fn run(
             "metadata": {"resourceVersion": resource_version},
             "status": {"actions": {id: {
                 "key": key, "guardValue": guard_value, "phase": phase::PENDING,
-                "startedAt": now, "completedAt": null, "error": null, "runs": runs,
+                "startedAt": now, "completedAt": null, "runs": runs, "attempts": attempts,
             }}},
         });
         *parent = match cluster.patch_status(handle, &intent).await {
             Ok(updated) => updated,
             Err(kube::Error::Api(status)) if status.code == 409 => return Err(ApplyError::Conflict(id.to_owned())),
-            Err(e) => return Err(ApplyError::Status(e)),
+            Err(e) => return Err(ApplyError::Status(Box::new(e))),
         };
     }
     let outcome = match effect {
         Effect::Create(object) => create(cluster, object).await,
         Effect::Http(request) => send(request, key).await,
     };
+    let attempt = RunRecord::read(parent, id).map_or(1, |r| r.attempts);
     let conditions = parent
         .pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -97,18 +101,21 @@ pub async fn run(
                     type_: ACTIONS_CONDITION.to_owned(),
                     status: true,
                     reason: "ActionRan".to_owned(),
-                    message: format!("action {id} succeeded"),
+                    message: format!("action {id} succeeded for {guard_value} on attempt {attempt}"),
                 });
             }
-            (json!({"phase": phase::DONE, "completedAt": now, "error": null}), wanted)
+            (
+                json!({"phase": phase::DONE, "completedAt": now, "error": null, "failedAt": null}),
+                wanted,
+            )
         }
         Err(message) => (
-            json!({"phase": phase::FAILED, "error": message}),
+            json!({"phase": phase::FAILED, "error": message, "failedAt": now}),
             vec![WantedCondition {
                 type_: ACTIONS_CONDITION.to_owned(),
                 status: false,
                 reason: "ActionFailed".to_owned(),
-                message: format!("action {id} failed for {guard_value} (key {key}): {message}"),
+                message: format!("action {id} failed for {guard_value} (key {key}) on attempt {attempt}: {message}"),
             }],
         ),
     };
@@ -124,7 +131,7 @@ pub async fn run(
     *parent = cluster
         .patch_status(handle, &json!({"status": status}))
         .await
-        .map_err(ApplyError::Status)?;
+        .map_err(|e| ApplyError::Status(Box::new(e)))?;
     outcome.map_err(|message| ApplyError::Action {
         id: id.to_owned(),
         message,
@@ -144,29 +151,29 @@ async fn create(cluster: &Cluster<'_>, object: &Value) -> Result<(), String> {
     }
 }
 
+/// One delivery attempt; a failure is retried by the reconcile's backoff under the same key,
+/// each attempt counted in `status.actions.<id>.attempts`.
 async fn send(request: &HttpRequest, key: &str) -> Result<(), String> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(request.timeout_ms))
         .build()
         .map_err(|e| e.to_string())?;
     let method = reqwest::Method::from_bytes(request.method.as_bytes()).map_err(|e| e.to_string())?;
-    let mut last_error = String::new();
-    for attempt in 0..HTTP_ATTEMPTS {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(200 * 2u64.pow(attempt))).await;
-        }
-        let mut builder = client
-            .request(method.clone(), &request.url)
-            .header("Idempotency-Key", key)
-            .body(request.body.clone());
-        for (name, value) in &request.headers {
-            builder = builder.header(name, value);
-        }
-        match builder.send().await {
-            Ok(response) if response.status().is_success() => return Ok(()),
-            Ok(response) => last_error = format!("{} {} answered {}", request.method, request.url, response.status()),
-            Err(e) => last_error = format!("{} {}: {e}", request.method, request.url),
-        }
+    let mut builder = client
+        .request(method, &request.url)
+        .header("Idempotency-Key", key)
+        .body(request.body.clone());
+    for (name, value) in &request.headers {
+        builder = builder.header(name, value);
     }
-    Err(last_error)
+    match builder.send().await {
+        Ok(response) if response.status().is_success() => Ok(()),
+        Ok(response) => Err(format!(
+            "{} {} answered {}",
+            request.method,
+            request.url,
+            response.status()
+        )),
+        Err(e) => Err(format!("{} {}: {e}", request.method, request.url)),
+    }
 }

@@ -71,7 +71,7 @@ pub async fn apply_child(
                     .await
                     .map_err(|source| ApplyError::Child {
                         target: target.clone(),
-                        source,
+                        source: Box::new(source),
                     })?;
                 Ok(ChildOutcome::Recreated)
             }
@@ -82,7 +82,7 @@ pub async fn apply_child(
         }
         Err(source) => Err(ApplyError::Child {
             target: target.clone(),
-            source,
+            source: Box::new(source),
         }),
     }
 }
@@ -97,9 +97,9 @@ async fn repair_drift(
     desired: &Value,
     params: &PatchParams,
 ) -> Result<(), ApplyError> {
-    let fail = |source| ApplyError::Child {
+    let fail = |source: kube::Error| ApplyError::Child {
         target: target.clone(),
-        source,
+        source: Box::new(source),
     };
     let mut merge = desired.clone();
     if let Some(map) = merge.as_object_mut() {
@@ -138,7 +138,7 @@ pub async fn delete(cluster: &Cluster<'_>, target: &ObjectRef) -> Result<(), App
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(source) => Err(ApplyError::Prune {
             target: target.clone(),
-            source,
+            source: Box::new(source),
         }),
     }
 }

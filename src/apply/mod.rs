@@ -32,7 +32,7 @@ pub enum ApplyError {
         target: ObjectRef,
         /// The API error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// A child's apply changed an immutable field and its rule says to report it.
     #[error("{target} cannot be updated in place: {message} (set onImmutableChange: recreate to replace it)")]
@@ -49,11 +49,11 @@ pub enum ApplyError {
         target: ObjectRef,
         /// The API error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// Writing the parent's status failed.
     #[error("writing status failed: {0}")]
-    Status(#[source] kube::Error),
+    Status(#[source] Box<kube::Error>),
     /// Another writer changed the parent between our read and our intent record.
     #[error("the parent changed while recording action {0:?}; retrying")]
     Conflict(String),

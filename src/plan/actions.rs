@@ -6,6 +6,7 @@
 //! one, so a crash between intent and completion cannot produce a second effect.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -51,6 +52,9 @@ pub struct ActionDecision {
     /// What the run does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effect: Option<Effect>,
+    /// When a failed run waits out its backoff: milliseconds until it may be retried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<u64>,
 }
 
 /// What a run does, fully rendered.
@@ -88,8 +92,12 @@ pub struct RunRecord {
     pub guard_value: String,
     /// Its phase.
     pub phase: String,
-    /// How many runs have started.
+    /// How many runs (distinct keys) have started.
     pub runs: u64,
+    /// How many attempts the current key has had.
+    pub attempts: u64,
+    /// When the last attempt failed (RFC 3339).
+    pub failed_at: Option<String>,
 }
 
 impl RunRecord {
@@ -102,6 +110,8 @@ impl RunRecord {
             guard_value: text("guardValue"),
             phase: text("phase"),
             runs: record.get("runs").and_then(Value::as_u64).unwrap_or(0),
+            attempts: record.get("attempts").and_then(Value::as_u64).unwrap_or(0),
+            failed_at: record.get("failedAt").and_then(Value::as_str).map(str::to_owned),
         })
     }
 }
@@ -130,6 +140,26 @@ pub struct Scope<'a> {
     pub children: &'a BTreeMap<String, &'a Value>,
     /// The context of `when` expressions (without `action`).
     pub context: &'a minijinja::Value,
+    /// The time of this plan (RFC 3339), for retry backoff.
+    pub now: &'a str,
+}
+
+/// Longest wait before retrying a failed run.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
+
+/// How long after its `attempts`-th failure a run is retried: 1 s doubling, capped.
+pub fn retry_delay(attempts: u64) -> Duration {
+    Duration::from_secs(1u64 << attempts.saturating_sub(1).min(16)).min(MAX_RETRY_DELAY)
+}
+
+/// Time left before a failed run may be retried, or `None` if it may be retried now.
+fn backoff_left(record: &RunRecord, now: &str) -> Option<Duration> {
+    let failed_at: jiff::Timestamp = record.failed_at.as_deref()?.parse().ok()?;
+    let now: jiff::Timestamp = now.parse().ok()?;
+    let elapsed = Duration::try_from(now.duration_since(failed_at)).unwrap_or(Duration::ZERO);
+    retry_delay(record.attempts)
+        .checked_sub(elapsed)
+        .filter(|left| !left.is_zero())
 }
 
 /// Decides one action.
@@ -148,6 +178,7 @@ pub fn decide(
         guard_value: None,
         key: None,
         effect: None,
+        retry_in_ms: None,
     };
     let record = RunRecord::read(parent, id);
     if let Some(record) = record
@@ -200,7 +231,21 @@ pub fn decide(
         Some(r) if r.key == key && r.phase == phase::DONE => {
             return Ok(skip(format!("already ran for {guard_value} (key {key})")));
         }
-        Some(r) if r.key == key => format!("retrying {guard_value} after a failure (key {key})"),
+        Some(r) if r.key == key => {
+            if let Some(left) = backoff_left(r, scope.now) {
+                let mut decision = skip(format!(
+                    "attempt {} for {guard_value} failed; retrying in {}s (key {key})",
+                    r.attempts,
+                    left.as_secs().max(1)
+                ));
+                decision.retry_in_ms = Some(left.as_millis() as u64);
+                return Ok(decision);
+            }
+            format!(
+                "retrying {guard_value} after a failure, attempt {} (key {key})",
+                r.attempts + 1
+            )
+        }
         Some(r) => format!("{guard_value} has not run yet (last run: {})", r.guard_value),
         None => format!("{guard_value} has not run yet (never ran)"),
     };
@@ -282,5 +327,50 @@ fn run(
         guard_value: Some(guard_value.to_owned()),
         key: Some(key),
         effect: Some(effect),
+        retry_in_ms: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delay_doubles_and_is_capped() {
+        assert_eq!(retry_delay(1), Duration::from_secs(1));
+        assert_eq!(retry_delay(3), Duration::from_secs(4));
+        assert_eq!(retry_delay(40), MAX_RETRY_DELAY);
+    }
+
+    #[test]
+    fn a_failed_run_waits_out_its_backoff() {
+        let record = RunRecord {
+            attempts: 2,
+            failed_at: Some("2026-11-29T10:00:00Z".into()),
+            ..RunRecord::default()
+        };
+        assert_eq!(
+            backoff_left(&record, "2026-11-29T10:00:00Z"),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            backoff_left(&record, "2026-11-29T10:00:01Z"),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(backoff_left(&record, "2026-11-29T10:00:02Z"), None);
+    }
+
+    #[test]
+    fn keys_are_stable_and_names_fit_a_label() {
+        assert_eq!(
+            idempotency_key("uid", "backup", "generation=1"),
+            idempotency_key("uid", "backup", "generation=1")
+        );
+        assert_ne!(
+            idempotency_key("uid", "backup", "generation=1"),
+            idempotency_key("uid", "backup", "generation=2")
+        );
+        let name = object_name(&"x".repeat(80), "backup", "0123456789abcdef");
+        assert!(name.len() <= 63 && name.ends_with("-backup-0123456789"), "{name}");
+    }
 }

@@ -73,6 +73,17 @@ pub struct Plan {
     pub status_patch: Option<Value>,
 }
 
+impl Plan {
+    /// The soonest time an action waiting out a retry backoff may run again.
+    pub fn next_retry(&self) -> Option<std::time::Duration> {
+        self.actions
+            .iter()
+            .filter_map(|a| a.retry_in_ms)
+            .min()
+            .map(std::time::Duration::from_millis)
+    }
+}
+
 /// Computes the plan for one parent. `observed` holds the live objects of the rule's child
 /// kinds carrying this parent's UID label; `now` (RFC 3339) stamps changed conditions.
 pub fn plan(
@@ -125,6 +136,7 @@ pub fn plan(
         .collect();
 
     let scope = Scope {
+        now,
         parent,
         parent_ref: &parent_ref,
         children: &by_id,

@@ -5,6 +5,8 @@
 //! its own namespace and, when it needs one, its own `ruleop run` child process.
 #![allow(dead_code)]
 
+pub mod webhook;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

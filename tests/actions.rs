@@ -1,0 +1,301 @@
+//! Guarded one-shot actions against the real control plane: once per generation, once per
+//! annotation value, crash-safe under SIGKILL, safe with two operators, webhooks retried.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use support::webhook::Webhook;
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Backup Jobs per parent name, from their `app` label.
+fn jobs_per_parent(ns: &str) -> BTreeMap<String, usize> {
+    let out = kubectl_ok(&[
+        "get",
+        "jobs",
+        "-n",
+        ns,
+        "-l",
+        "ruleop.io/action",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.labels.app}{\"\\n\"}{end}",
+    ]);
+    let mut counts = BTreeMap::new();
+    for app in out.lines().filter(|l| !l.is_empty()) {
+        *counts.entry(app.to_owned()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The shipped rules plus a webhook action `notify` (once per generation) to `url`.
+fn rules_with_webhook(url: &str) -> tempfile::TempDir {
+    let url = url.to_owned();
+    rules_dir(move |text| {
+        if !text.contains("name: database") {
+            return text.to_owned();
+        }
+        text.replace(
+            "  actions:\n",
+            &format!(
+                "  actions:\n    - id: notify\n      guard: {{generation: true}}\n      http:\n        url: {url}\n        body: '{{\"db\": {{{{ metadata.name | tojson }}}}}}'\n      record: {{condition: Notified}}\n"
+            ),
+        )
+    })
+}
+
+fn backup(name: &str) -> String {
+    database(name, 1, "  backup:\n    enabled: true\n")
+}
+
+#[test]
+fn each_spec_change_runs_the_backup_once_and_a_status_change_does_not() {
+    install_crds();
+    let ns = Namespace::new("act-gen");
+    let _operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    apply_yaml(&ns.0, &backup("orders"));
+    wait_until(WAIT, "the first backup", || {
+        jobs_per_parent(&ns.0).get("orders") == Some(&1)
+    });
+    for (replicas, expected) in [(2, 2), (3, 3)] {
+        kubectl_ok(&[
+            "patch",
+            "-n",
+            &ns.0,
+            "database/orders",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"replicas":{replicas}}}}}"#),
+        ]);
+        wait_until(WAIT, "one more backup", || {
+            jobs_per_parent(&ns.0).get("orders") == Some(&expected)
+        });
+    }
+    wait_until(WAIT, "the record", || {
+        get(&ns.0, "database/orders", "{.status.actions.backup.guardValue}") == "generation=3"
+    });
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "database/orders",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"endpoint":"changed"}}"#,
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        jobs_per_parent(&ns.0).get("orders"),
+        Some(&3),
+        "a status change starts no backup"
+    );
+    assert_eq!(
+        get(
+            &ns.0,
+            "database/orders",
+            "{.status.conditions[?(@.type==\"BackupInitiated\")].status}"
+        ),
+        "True"
+    );
+    assert!(!get(&ns.0, "database/orders", "{.status.lastBackupTime}").is_empty());
+}
+
+#[test]
+fn the_backup_request_annotation_runs_once_per_distinct_value() {
+    install_crds();
+    let ns = Namespace::new("act-ann");
+    let _operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "convergence", || {
+        get(&ns.0, "database/orders", "{.status.observedGeneration}") == "1"
+    });
+    assert!(jobs_per_parent(&ns.0).is_empty(), "no request, no backup");
+    for (value, expected) in [("2026-11-29T10:00:00Z", 1), ("2026-11-29T11:00:00Z", 2)] {
+        kubectl_ok(&[
+            "annotate",
+            "--overwrite",
+            "-n",
+            &ns.0,
+            "database/orders",
+            &format!("myorg.io/backup-request={value}"),
+        ]);
+        wait_until(WAIT, "the requested backup", || {
+            jobs_per_parent(&ns.0).get("orders") == Some(&expected)
+        });
+    }
+    kubectl_ok(&[
+        "annotate",
+        "--overwrite",
+        "-n",
+        &ns.0,
+        "database/orders",
+        "myorg.io/backup-request=2026-11-29T11:00:00Z",
+    ]);
+    kubectl_ok(&["label", "--overwrite", "-n", &ns.0, "database/orders", "touched=yes"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        jobs_per_parent(&ns.0).get("orders"),
+        Some(&2),
+        "the same value does not run again"
+    );
+}
+
+#[test]
+fn a_webhook_failing_twice_is_retried_under_one_key_and_takes_effect_once() {
+    install_crds();
+    let ns = Namespace::new("act-hook");
+    let hook = Webhook::start(2);
+    let rules = rules_with_webhook(&hook.url);
+    let _operator = Operator::start(rules.path(), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    let condition = |field: &str| {
+        get(
+            &ns.0,
+            "database/orders",
+            &format!("{{.status.conditions[?(@.type==\"ActionsSucceeded\")].{field}}}"),
+        )
+    };
+    wait_until(WAIT, "the first failure in status", || {
+        get(&ns.0, "database/orders", "{.status.actions.notify.phase}") == "Failed"
+    });
+    let failed = condition("message");
+    assert!(
+        failed.contains("on attempt 1: POST") && failed.contains("answered 500"),
+        "{failed}"
+    );
+    assert_eq!(condition("status"), "False");
+    wait_until(WAIT, "the notify run to complete", || {
+        get(&ns.0, "database/orders", "{.status.actions.notify.phase}") == "Done"
+    });
+    let (keys, deliveries, effects) = hook.counts();
+    assert_eq!(
+        (keys, deliveries, effects),
+        (1, 3, 1),
+        "one key, delivered three times, one effect"
+    );
+    assert_eq!(get(&ns.0, "database/orders", "{.status.actions.notify.attempts}"), "3");
+    assert!(
+        condition("message").contains("succeeded for generation=1 on attempt 3"),
+        "{}",
+        condition("message")
+    );
+    assert_eq!(condition("status"), "True");
+    assert_eq!(
+        get(
+            &ns.0,
+            "database/orders",
+            "{.status.conditions[?(@.type==\"Notified\")].status}"
+        ),
+        "True"
+    );
+    let events = kubectl_ok(&["get", "events", "-n", &ns.0, "-o", "jsonpath={.items[*].reason}"]);
+    assert!(
+        events.contains("ActionFailed") && events.contains("ActionRan"),
+        "events: {events}"
+    );
+}
+
+/// Poor man's randomness for kill timings: the clock's nanoseconds.
+fn random_below(limit: u64) -> u64 {
+    u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()),
+    ) % limit
+}
+
+#[test]
+fn sigkill_at_random_points_never_duplicates_or_loses_a_backup() {
+    install_crds();
+    let ns = Namespace::new("act-crash");
+    let hook = Webhook::start(0);
+    let rules = rules_with_webhook(&hook.url);
+    const PARENTS: usize = 50;
+    let manifests: String = (0..PARENTS)
+        .map(|i| format!("---\n{}", backup(&format!("db{i:02}"))))
+        .collect();
+    let mut kills = 0;
+    let mut crash_rounds = |expected_generation: &str| {
+        let start = Instant::now();
+        let mut round_kills = 0;
+        loop {
+            let operator = Operator::start(rules.path(), &templates(), &ns.0);
+            let all_done = || {
+                let records = get(
+                    &ns.0,
+                    "databases",
+                    "{range .items[*]}{.status.actions.backup.guardValue}/{.status.actions.backup.phase}/{.status.actions.notify.phase}{\"\\n\"}{end}",
+                );
+                records
+                    .lines()
+                    .filter(|l| *l == format!("generation={expected_generation}/Done/Done"))
+                    .count()
+                    == PARENTS
+            };
+            if round_kills == 3 {
+                wait_until(Duration::from_secs(90), "every parent's actions", all_done);
+                operator.stop();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100 + random_below(900)));
+            operator.kill();
+            kills += 1;
+            round_kills += 1;
+            assert!(start.elapsed() < Duration::from_secs(300), "rounds took too long");
+        }
+    };
+    apply_yaml(&ns.0, &manifests);
+    crash_rounds("1");
+    apply_yaml(&ns.0, &manifests.replace("replicas: 1", "replicas: 2"));
+    crash_rounds("2");
+
+    let jobs = jobs_per_parent(&ns.0);
+    assert_eq!(jobs.len(), PARENTS, "every parent has backups: {jobs:?}");
+    assert!(
+        jobs.values().all(|n| *n == 2),
+        "exactly one Job per (parent, generation): {jobs:?}"
+    );
+    let (keys, deliveries, effects) = hook.counts();
+    eprintln!(
+        "{kills} SIGKILLs; {} Jobs for {PARENTS} parents x 2 generations; webhook: {keys} keys, {deliveries} deliveries ({} duplicates), {effects} effects",
+        jobs.values().sum::<usize>(),
+        deliveries - keys
+    );
+    assert_eq!(keys, PARENTS * 2, "every (parent, generation) key reached the webhook");
+    assert_eq!(effects, PARENTS * 2, "each key took effect once");
+}
+
+#[test]
+fn two_operators_at_once_never_create_two_jobs_for_one_key() {
+    install_crds();
+    let ns = Namespace::new("act-two");
+    let hook = Webhook::start(0);
+    let rules = rules_with_webhook(&hook.url);
+    let first = Operator::start(rules.path(), &templates(), &ns.0);
+    let second = Operator::start(rules.path(), &templates(), &ns.0);
+    let manifests: String = (0..10).map(|i| format!("---\n{}", backup(&format!("db{i}")))).collect();
+    apply_yaml(&ns.0, &manifests);
+    wait_until(WAIT, "every parent's backup and notify", || {
+        let phases = get(
+            &ns.0,
+            "databases",
+            "{range .items[*]}{.status.actions.backup.phase}/{.status.actions.notify.phase}{\"\\n\"}{end}",
+        );
+        phases.lines().filter(|l| *l == "Done/Done").count() == 10
+    });
+    let jobs = jobs_per_parent(&ns.0);
+    assert!(
+        jobs.len() == 10 && jobs.values().all(|n| *n == 1),
+        "one Job per parent: {jobs:?}"
+    );
+    let (keys, deliveries, effects) = hook.counts();
+    eprintln!(
+        "two operators: webhook {keys} keys, {deliveries} deliveries ({} duplicates), {effects} effects",
+        deliveries - keys
+    );
+    assert_eq!((keys, effects), (10, 10));
+    drop((first, second));
+}

@@ -1,0 +1,83 @@
+//! A webhook receiver for action tests: records every delivery's `Idempotency-Key`, applies
+//! each key's effect once (deduplicates), and can fail the first deliveries on purpose.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What the receiver has seen.
+#[derive(Debug, Default)]
+pub struct Received {
+    /// Deliveries per key, in arrival order of first delivery.
+    pub deliveries: HashMap<String, usize>,
+    /// Keys whose effect was applied (once each).
+    pub effects: Vec<String>,
+}
+
+/// A running receiver on 127.0.0.1.
+pub struct Webhook {
+    /// `http://127.0.0.1:PORT/hook`.
+    pub url: String,
+    /// Everything received.
+    pub received: Arc<Mutex<Received>>,
+}
+
+impl Webhook {
+    /// Starts a receiver that answers 500 to the first `fail_first` deliveries, then 200.
+    pub fn start(fail_first: usize) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        let received = Arc::new(Mutex::new(Received::default()));
+        let failures_left = Arc::new(AtomicUsize::new(fail_first));
+        let state = received.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let state = state.clone();
+                let failures_left = failures_left.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream);
+                    let (mut key, mut length) = (String::new(), 0usize);
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("idempotency-key:") {
+                            key = v.trim().to_owned();
+                        } else if let Some(v) = lower.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        line.clear();
+                    }
+                    let mut body = vec![0; length];
+                    let _ = reader.read_exact(&mut body);
+                    let fail = failures_left
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    {
+                        let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+                        *state.deliveries.entry(key.clone()).or_insert(0) += 1;
+                        if !fail && !state.effects.contains(&key) {
+                            state.effects.push(key);
+                        }
+                    }
+                    let status = if fail { "500 Internal Server Error" } else { "200 OK" };
+                    let _ = reader.get_mut().write_all(
+                        format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").as_bytes(),
+                    );
+                });
+            }
+        });
+        Webhook { url, received }
+    }
+
+    /// (distinct keys, total deliveries, effects applied).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let state = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        (
+            state.deliveries.len(),
+            state.deliveries.values().sum(),
+            state.effects.len(),
+        )
+    }
+}
