@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test bench check schema control-plane
+.PHONY: demo test bench check schema control-plane deploy-config rbac
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -13,5 +13,14 @@ check:           ## validate the shipped rules
 schema:          ## regenerate schema/rule.schema.json
 	cargo run --quiet -- schema > schema/rule.schema.json
 
+bench:           ## convergence benchmark vs a floor and a kopf peer (BENCH_N=100,1000); see bench/README.md
+	bench/run.sh
+
 control-plane:   ## build the control plane binary only
 	tests/apiserver/ctl.sh build
+
+deploy-config:   ## copy rules/ and templates/ into deploy/config (then: kubectl apply -k deploy/)
+	scripts/sync-deploy-config.sh
+
+rbac:            ## regenerate deploy/rbac/clusterrole.yaml from the rules
+	cargo run --quiet -- rbac > deploy/rbac/clusterrole.yaml

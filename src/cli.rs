@@ -46,6 +46,16 @@ pub enum Command {
         /// Log format.
         #[arg(long, value_enum, env = "RULEOP_LOG_FORMAT", default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Quiet time after a change in the rule or template directories before reloading.
+        #[arg(long, env = "RULEOP_RELOAD_DEBOUNCE", default_value = "500ms")]
+        reload_debounce: String,
+        /// Re-read the directories this often even without file events (fallback).
+        #[arg(long, env = "RULEOP_RELOAD_INTERVAL", default_value = "60s")]
+        reload_interval: String,
+        /// Namespace of the `ruleop-status` ConfigMap that reports the rules in force and the
+        /// errors of a rejected edit (default: POD_NAMESPACE, else --namespace, else default).
+        #[arg(long, env = "RULEOP_STATUS_NAMESPACE")]
+        status_namespace: Option<String>,
     },
     /// Validate every rule and template; print each problem as file:line:col and exit 1 if any.
     Check {
@@ -71,6 +81,14 @@ pub enum Command {
         /// The time stamped on changed conditions (RFC 3339; default: now).
         #[arg(long, env = "RULEOP_NOW")]
         now: Option<String>,
+    },
+    /// Print the minimal ClusterRole the rules need (committed as deploy/rbac/clusterrole.yaml).
+    Rbac {
+        #[command(flatten)]
+        sources: Sources,
+        /// Directory of CRD manifests, for the plurals of custom kinds.
+        #[arg(long, env = "RULEOP_CRDS", default_value = "deploy/crds")]
+        crds: std::path::PathBuf,
     },
     /// Print the JSON Schema of rule files (for editors; committed as schema/rule.schema.json).
     Schema,

@@ -20,6 +20,7 @@ pub mod kinds;
 pub mod metrics;
 pub mod offline;
 pub mod plan;
+pub mod rbac;
 pub mod rules;
 pub mod run;
 pub mod template;

@@ -13,37 +13,48 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { sources } => offline::check(&sources),
-        Command::Render {
-            sources,
-            file,
-            observed,
-            output,
-            now,
-        } => {
+        Command::Render { sources, file, observed, output, now } => {
             let now = now.unwrap_or_else(ruleop::clock::now_rfc3339);
             offline::render(&sources, &file, observed.as_deref(), output, &now)
         }
         Command::Schema => Ok(offline::schema()),
+        Command::Rbac { sources, crds } => offline::rbac(&sources, &crds),
         Command::Run {
             sources,
             namespace,
             default_resync,
             admin_addr,
             log_format,
+            reload_debounce,
+            reload_interval,
+            status_namespace,
         } => {
             init_logging(log_format);
-            let default_resync = match duration::parse(&default_resync) {
-                Ok(d) => d,
-                Err(e) => {
-                    eprintln!("error: --default-resync: {e}");
+            let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("error: --{flag}: {e}"));
+            let durations = (
+                parse("default-resync", &default_resync),
+                parse("reload-debounce", &reload_debounce),
+                parse("reload-interval", &reload_interval),
+            );
+            let (default_resync, reload_debounce, reload_interval) = match durations {
+                (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                    eprintln!("{e}");
                     return ExitCode::from(2);
                 }
             };
+            let status_namespace = status_namespace
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .or_else(|| namespace.clone())
+                .unwrap_or_else(|| "default".to_owned());
             let settings = RunSettings {
                 sources,
                 namespace,
                 default_resync,
                 admin_addr,
+                reload_debounce,
+                reload_interval,
+                status_namespace,
             };
             return match tokio::runtime::Runtime::new().map(|rt| rt.block_on(run(settings))) {
                 Ok(Ok(())) => ExitCode::SUCCESS,
@@ -76,9 +87,7 @@ fn main() -> ExitCode {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -10,7 +10,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
-use tracing::{error, info};
+use kube::api::{Api, Patch, PatchParams};
+use tracing::{error, info, warn};
 
 use crate::admin::{self, AdminState};
 use crate::cli::Sources;
@@ -18,6 +19,7 @@ use crate::controller::{self, RunningController, Shared, child_kinds};
 use crate::kinds::Kinds;
 use crate::rules::RuleSet;
 use crate::rules::load::load;
+use crate::rules::reload::{DirWatcher, fingerprint};
 
 /// Settings of the operator.
 #[derive(Debug, Clone)]
@@ -30,6 +32,12 @@ pub struct RunSettings {
     pub default_resync: Duration,
     /// Address of `/metrics`, `/healthz`, `/readyz`.
     pub admin_addr: SocketAddr,
+    /// Quiet time after a file event before reloading.
+    pub reload_debounce: Duration,
+    /// Re-read period when no file event arrives (the fallback).
+    pub reload_interval: Duration,
+    /// Namespace of the `ruleop-status` ConfigMap reporting the rules' state.
+    pub status_namespace: String,
 }
 
 /// The running controllers, kept in step with the current rule set.
@@ -129,11 +137,94 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     supervisor.sync(&set, &kinds).await?;
     admin.ready.store(true, Ordering::Relaxed);
     info!(rules = set.rules.len(), "ruleop running");
-    shutdown_signal().await;
+    let mut reloader = Reloader {
+        fingerprint: fingerprint(&settings.sources.rules, &settings.sources.templates),
+        status: StatusReporter::new(shared.client.clone(), &settings.status_namespace),
+        settings: settings.clone(),
+        shared: shared.clone(),
+        supervisor,
+    };
+    reloader.status.report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint).await;
+    let (mut watcher, watch_error) =
+        DirWatcher::new(&[settings.sources.rules.clone(), settings.sources.templates.clone()]);
+    if let Some(e) = watch_error {
+        warn!(error = %e, "cannot watch the rule directories; re-reading every --reload-interval only");
+    }
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = watcher.changed(settings.reload_debounce, settings.reload_interval) => reloader.reload().await,
+        }
+    }
     info!("shutting down: letting in-flight reconciles finish");
     admin.ready.store(false, Ordering::Relaxed);
-    supervisor.shutdown().await;
+    reloader.supervisor.shutdown().await;
     Ok(())
+}
+
+fn rule_names(set: &RuleSet) -> String {
+    set.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(",")
+}
+
+/// Serialised reloads: one at a time, each building a complete new rule set.
+struct Reloader {
+    settings: RunSettings,
+    shared: Arc<Shared>,
+    supervisor: Supervisor,
+    fingerprint: String,
+    status: StatusReporter,
+}
+
+impl Reloader {
+    /// Rebuilds the rule set if the files changed. Valid: swap it in and re-sync controllers.
+    /// Invalid: keep the last good set running and report every error with its location.
+    async fn reload(&mut self) {
+        let sources = &self.settings.sources;
+        let fingerprint = fingerprint(&sources.rules, &sources.templates);
+        if fingerprint == self.fingerprint {
+            return;
+        }
+        self.fingerprint = fingerprint.clone();
+        let started = std::time::Instant::now();
+        let metrics = &self.shared.admin.metrics;
+        let set = match load(&sources.rules, &sources.templates) {
+            Ok(set) => set,
+            Err(diagnostics) => {
+                for diagnostic in &diagnostics.0 {
+                    error!(%diagnostic, "rule reload rejected; the last good rules keep running");
+                }
+                metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
+                self.status.report(ReloadState::Rejected(diagnostics.to_string()), "", &fingerprint).await;
+                return;
+            }
+        };
+        let (_, current_kinds) = self.shared.snapshot();
+        let mut kinds = (*current_kinds).clone();
+        let resolved = kinds
+            .resolve(&self.shared.client, &set)
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|()| check_scopes(&set, &kinds));
+        if let Err(e) = resolved {
+            error!(error = %e, "rule reload rejected; the last good rules keep running");
+            metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
+            self.status.report(ReloadState::Rejected(e.to_string()), "", &fingerprint).await;
+            return;
+        }
+        let (set, kinds) = (Arc::new(set), Arc::new(kinds));
+        match self.shared.current.write() {
+            Ok(mut current) => *current = (set.clone(), kinds.clone()),
+            Err(poisoned) => *poisoned.into_inner() = (set.clone(), kinds.clone()),
+        }
+        if let Err(e) = self.supervisor.sync(&set, &kinds).await {
+            error!(error = %e, "starting controllers for the new rules failed");
+        }
+        metrics.inc("ruleop_rule_reloads_total", &[("result", "ok")]);
+        info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
+        self.status.report(ReloadState::Loaded, &rule_names(&set), &fingerprint).await;
+    }
 }
 
 /// Children must be namespaced (they live beside their parent); parents too.
@@ -179,3 +270,56 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
 }
+
+/// The outcome of the latest (re)load.
+enum ReloadState {
+    /// The rules in force were loaded from the current files.
+    Loaded,
+    /// The current files are invalid (every error with its location); older rules are in force.
+    Rejected(String),
+}
+
+/// Writes the `ruleop-status` ConfigMap, where users look after editing rules.
+struct StatusReporter {
+    api: Api<k8s_openapi::api::core::v1::ConfigMap>,
+    last: Option<String>,
+}
+
+impl StatusReporter {
+    fn new(client: Client, namespace: &str) -> Self {
+        StatusReporter { api: Api::namespaced(client, namespace), last: None }
+    }
+
+    async fn report(&mut self, state: ReloadState, rules: &str, fingerprint: &str) {
+        let (state, errors) = match state {
+            ReloadState::Loaded => ("Loaded", String::new()),
+            ReloadState::Rejected(errors) => ("Rejected", errors),
+        };
+        let mut data = serde_json::json!({
+            "state": state,
+            "errors": errors,
+            "fingerprint": fingerprint,
+            "updatedAt": crate::clock::now_rfc3339(),
+        });
+        if !rules.is_empty() {
+            data["rulesInForce"] = serde_json::json!(rules);
+        }
+        let key = format!("{state}{errors}{fingerprint}");
+        if self.last.as_deref() == Some(key.as_str()) {
+            return;
+        }
+        let object = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": STATUS_CONFIGMAP, "labels": {"app.kubernetes.io/managed-by": "ruleop"}},
+            "data": data,
+        });
+        let params = PatchParams::apply(crate::apply::FIELD_MANAGER).force();
+        match self.api.patch(STATUS_CONFIGMAP, &params, &Patch::Apply(&object)).await {
+            Ok(_) => self.last = Some(key),
+            Err(e) => warn!(error = %e, "writing the {STATUS_CONFIGMAP} ConfigMap failed"),
+        }
+    }
+}
+
+/// Name of the ConfigMap reporting the state of the rules.
+pub const STATUS_CONFIGMAP: &str = "ruleop-status";

@@ -31,6 +31,31 @@ pub fn check_types(object: &Value) -> Result<(), String> {
     }
 }
 
+/// The resource name (plural) of a built-in kind, e.g. `statefulsets` for `apps/v1 StatefulSet`.
+pub fn plural(api_version: &str, kind: &str) -> Option<&'static str> {
+    use k8s_openapi::Resource;
+    use k8s_openapi::api::{apps, batch, core, networking, policy, rbac};
+    Some(match (api_version, kind) {
+        ("v1", "Service") => core::v1::Service::URL_PATH_SEGMENT,
+        ("v1", "ConfigMap") => core::v1::ConfigMap::URL_PATH_SEGMENT,
+        ("v1", "Secret") => core::v1::Secret::URL_PATH_SEGMENT,
+        ("v1", "ServiceAccount") => core::v1::ServiceAccount::URL_PATH_SEGMENT,
+        ("v1", "PersistentVolumeClaim") => core::v1::PersistentVolumeClaim::URL_PATH_SEGMENT,
+        ("v1", "Pod") => core::v1::Pod::URL_PATH_SEGMENT,
+        ("apps/v1", "StatefulSet") => apps::v1::StatefulSet::URL_PATH_SEGMENT,
+        ("apps/v1", "Deployment") => apps::v1::Deployment::URL_PATH_SEGMENT,
+        ("apps/v1", "DaemonSet") => apps::v1::DaemonSet::URL_PATH_SEGMENT,
+        ("batch/v1", "Job") => batch::v1::Job::URL_PATH_SEGMENT,
+        ("batch/v1", "CronJob") => batch::v1::CronJob::URL_PATH_SEGMENT,
+        ("networking.k8s.io/v1", "Ingress") => networking::v1::Ingress::URL_PATH_SEGMENT,
+        ("networking.k8s.io/v1", "NetworkPolicy") => networking::v1::NetworkPolicy::URL_PATH_SEGMENT,
+        ("policy/v1", "PodDisruptionBudget") => policy::v1::PodDisruptionBudget::URL_PATH_SEGMENT,
+        ("rbac.authorization.k8s.io/v1", "Role") => rbac::v1::Role::URL_PATH_SEGMENT,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => rbac::v1::RoleBinding::URL_PATH_SEGMENT,
+        _ => return None,
+    })
+}
+
 fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(object: &Value) -> Result<(), String> {
     let parsed: T =
         serde_path_to_error::deserialize(object).map_err(|e| format!("field {}: {}", e.path(), e.inner()))?;

@@ -75,7 +75,7 @@ fn is_yaml_file(path: &Path) -> bool {
 
 /// Reads every file under `dir` (following links, skipping dot entries), sorted by name, as
 /// `(name relative to dir with '/' separators, path, text)`.
-fn read_tree(
+pub(crate) fn read_tree(
     dir: &Path,
     wanted: impl Fn(&Path) -> bool + Copy,
     problems: &mut Vec<Diagnostic>,

@@ -2,6 +2,7 @@
 
 pub mod duration;
 pub mod load;
+pub mod reload;
 pub mod model;
 
 use std::path::PathBuf;

@@ -5,6 +5,7 @@
 //! its own namespace and, when it needs one, its own `ruleop run` child process.
 #![allow(dead_code)]
 
+pub mod mount;
 pub mod webhook;
 
 use std::io::{BufRead, BufReader};
