@@ -13,7 +13,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { sources } => offline::check(&sources),
-        Command::Render { sources, file, observed, output, now } => {
+        Command::Render {
+            sources,
+            file,
+            observed,
+            output,
+            now,
+        } => {
             let now = now.unwrap_or_else(ruleop::clock::now_rfc3339);
             offline::render(&sources, &file, observed.as_deref(), output, &now)
         }
@@ -87,7 +93,9 @@ fn main() -> ExitCode {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -29,10 +29,14 @@ pub fn crd_plurals(dir: &Path) -> Result<BTreeMap<(String, String), String>, Str
     files.sort();
     for path in files {
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let docs = yaml::documents(&text).map_err(|e| format!("{}:{}: {}", path.display(), e.line.unwrap_or(0), e.message))?;
+        let docs =
+            yaml::documents(&text).map_err(|e| format!("{}:{}: {}", path.display(), e.line.unwrap_or(0), e.message))?;
         for doc in docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition") {
             let text = |p: &str| doc.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
-            plurals.insert((text("/spec/group"), text("/spec/names/kind")), text("/spec/names/plural"));
+            plurals.insert(
+                (text("/spec/group"), text("/spec/names/kind")),
+                text("/spec/names/plural"),
+            );
         }
     }
     Ok(plurals)
@@ -47,7 +51,10 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
             .map(str::to_owned)
             .or_else(|| crds.get(&(group.clone(), kind.to_owned())).cloned())
             .ok_or_else(|| format!("no plural known for {api_version} {kind}: pass its CRD with --crds"))?;
-        verbs.entry((group, format!("{plural}{suffix}"))).or_default().extend(add);
+        verbs
+            .entry((group, format!("{plural}{suffix}")))
+            .or_default()
+            .extend(add);
         Ok(())
     };
     for rule in &set.rules {
@@ -55,16 +62,27 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
         grant(&watch.api_version, &watch.kind, "", &["get", "list", "watch"])?;
         grant(&watch.api_version, &watch.kind, "/status", &["get", "patch"])?;
         for child in &rule.spec.children {
-            grant(&child.api_version, &child.kind, "", &["get", "list", "watch", "create", "patch", "delete"])?;
+            grant(
+                &child.api_version,
+                &child.kind,
+                "",
+                &["get", "list", "watch", "create", "patch", "delete"],
+            )?;
         }
         for create in rule.spec.actions.iter().filter_map(|a| a.create.as_ref()) {
             grant(&create.api_version, &create.kind, "", &["create"])?;
         }
     }
-    verbs.entry(("events.k8s.io".to_owned(), "events".to_owned())).or_default().extend(["create", "patch"]);
+    verbs
+        .entry(("events.k8s.io".to_owned(), "events".to_owned()))
+        .or_default()
+        .extend(["create", "patch"]);
     let mut by_group: BTreeMap<(String, Vec<&str>), Vec<String>> = BTreeMap::new();
     for ((group, resource), verbs) in verbs {
-        by_group.entry((group, verbs.into_iter().collect())).or_default().push(resource);
+        by_group
+            .entry((group, verbs.into_iter().collect()))
+            .or_default()
+            .push(resource);
     }
     let rules: Vec<Value> = by_group
         .into_iter()

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Recorder, Reporter};
 use tracing::{error, info, warn};
 
 use crate::admin::{self, AdminState};
@@ -144,7 +144,10 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         shared: shared.clone(),
         supervisor,
     };
-    reloader.status.report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint).await;
+    reloader
+        .status
+        .report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint)
+        .await;
     let (mut watcher, watch_error) =
         DirWatcher::new(&[settings.sources.rules.clone(), settings.sources.templates.clone()]);
     if let Some(e) = watch_error {
@@ -196,7 +199,9 @@ impl Reloader {
                     error!(%diagnostic, "rule reload rejected; the last good rules keep running");
                 }
                 metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
-                self.status.report(ReloadState::Rejected(diagnostics.to_string()), "", &fingerprint).await;
+                self.status
+                    .report(ReloadState::Rejected(diagnostics.to_string()), "", &fingerprint)
+                    .await;
                 return;
             }
         };
@@ -210,7 +215,9 @@ impl Reloader {
         if let Err(e) = resolved {
             error!(error = %e, "rule reload rejected; the last good rules keep running");
             metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
-            self.status.report(ReloadState::Rejected(e.to_string()), "", &fingerprint).await;
+            self.status
+                .report(ReloadState::Rejected(e.to_string()), "", &fingerprint)
+                .await;
             return;
         }
         let (set, kinds) = (Arc::new(set), Arc::new(kinds));
@@ -223,7 +230,9 @@ impl Reloader {
         }
         metrics.inc("ruleop_rule_reloads_total", &[("result", "ok")]);
         info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
-        self.status.report(ReloadState::Loaded, &rule_names(&set), &fingerprint).await;
+        self.status
+            .report(ReloadState::Loaded, &rule_names(&set), &fingerprint)
+            .await;
     }
 }
 
@@ -287,7 +296,10 @@ struct StatusReporter {
 
 impl StatusReporter {
     fn new(client: Client, namespace: &str) -> Self {
-        StatusReporter { api: Api::namespaced(client, namespace), last: None }
+        StatusReporter {
+            api: Api::namespaced(client, namespace),
+            last: None,
+        }
     }
 
     async fn report(&mut self, state: ReloadState, rules: &str, fingerprint: &str) {

@@ -11,7 +11,10 @@ use support::*;
 const RELOAD_FLAGS: &[&str] = &["--reload-debounce", "100ms", "--reload-interval", "30s"];
 
 fn with_edit(files: &[(String, String)], path: &str, edit: impl Fn(&str) -> String) -> Vec<(String, String)> {
-    files.iter().map(|(p, c)| (p.clone(), if p == path { edit(c) } else { c.clone() })).collect()
+    files
+        .iter()
+        .map(|(p, c)| (p.clone(), if p == path { edit(c) } else { c.clone() }))
+        .collect()
 }
 
 fn status(ns: &str, key: &str) -> String {
@@ -34,12 +37,18 @@ fn an_edited_template_reaches_every_parent_through_an_atomic_swap() {
         apply_yaml(&ns.0, &database(name, 1, ""));
     }
     wait_until(Duration::from_secs(30), "three Services", || {
-        kubectl_ok(&["get", "services", "-n", &ns.0, "-o", "name"]).lines().count() == 3
+        kubectl_ok(&["get", "services", "-n", &ns.0, "-o", "name"])
+            .lines()
+            .count()
+            == 3
     });
     let mut first_update = Vec::new();
     for edition in 1..=20 {
         let files = with_edit(&template_files, "database/service.yaml.j2", |text| {
-            text.replace("    app: {{ metadata.name }}\nspec:", &format!("    app: {{{{ metadata.name }}}}\n    edition: \"{edition}\"\nspec:"))
+            text.replace(
+                "    app: {{ metadata.name }}\nspec:",
+                &format!("    app: {{{{ metadata.name }}}}\n    edition: \"{edition}\"\nspec:"),
+            )
         });
         let swapped = Instant::now();
         templates_mount.swap(&files);
@@ -49,7 +58,10 @@ fn an_edited_template_reaches_every_parent_through_an_atomic_swap() {
         });
         first_update.push(swapped.elapsed());
         wait_until(Duration::from_secs(20), "every Service with the new label", || {
-            kubectl_ok(&["get", "services", "-n", &ns.0, "-l", &selector, "-o", "name"]).lines().count() == 3
+            kubectl_ok(&["get", "services", "-n", &ns.0, "-l", &selector, "-o", "name"])
+                .lines()
+                .count()
+                == 3
         });
     }
     first_update.sort();
@@ -71,39 +83,61 @@ fn an_invalid_edit_keeps_the_last_good_rules_and_a_later_valid_edit_is_taken() {
     let mut rules = Mount::new(&rule_files);
     let mut templates_mount = Mount::new(&template_files);
     let operator = Operator::start_with(rules.path(), templates_mount.path(), &ns.0, RELOAD_FLAGS);
-    wait_until(Duration::from_secs(10), "the status ConfigMap", || status(&ns.0, "state") == "Loaded");
+    wait_until(Duration::from_secs(10), "the status ConfigMap", || {
+        status(&ns.0, "state") == "Loaded"
+    });
 
     let cases: [(&str, &str); 3] = [
         ("broken YAML", "database.yaml:10:9: error: while parsing a flow mapping"),
-        ("template syntax error", "database/service.yaml.j2:5:3: error: template syntax error"),
+        (
+            "template syntax error",
+            "database/service.yaml.j2:5:3: error: template syntax error",
+        ),
         ("unknown field", "unknown field `replica`"),
     ];
     for (i, (what, expected)) in cases.iter().enumerate() {
         match *what {
-            "broken YAML" => rules.swap(&with_edit(&rule_files, "database.yaml", |t| t.replace("  watch:\n", "  watch: [\n"))),
+            "broken YAML" => rules.swap(&with_edit(&rule_files, "database.yaml", |t| {
+                t.replace("  watch:\n", "  watch: [\n")
+            })),
             "template syntax error" => {
                 rules.swap(&rule_files);
-                templates_mount.swap(&with_edit(&template_files, "database/service.yaml.j2", |t| t.replace("{{ metadata.name }}-svc", "{{ metadata.name -svc")));
+                templates_mount.swap(&with_edit(&template_files, "database/service.yaml.j2", |t| {
+                    t.replace("{{ metadata.name }}-svc", "{{ metadata.name -svc")
+                }));
             }
             _ => {
                 templates_mount.swap(&template_files);
-                rules.swap(&with_edit(&rule_files, "database.yaml", |t| t.replace("  maxConcurrentReconciles: 5\n", "  maxConcurrentReconciles: 5\n  replica: 3\n")));
+                rules.swap(&with_edit(&rule_files, "database.yaml", |t| {
+                    t.replace(
+                        "  maxConcurrentReconciles: 5\n",
+                        "  maxConcurrentReconciles: 5\n  replica: 3\n",
+                    )
+                }));
             }
         }
-        wait_until(Duration::from_secs(10), &format!("the {what} to be rejected"), || status(&ns.0, "state") == "Rejected");
+        wait_until(Duration::from_secs(10), &format!("the {what} to be rejected"), || {
+            status(&ns.0, "state") == "Rejected"
+        });
         let errors = status(&ns.0, "errors");
         assert!(errors.contains(expected), "{what}: {errors}");
         eprintln!("{what}: {}", errors.lines().next().unwrap_or_default());
         let name = format!("new{i}");
         apply_yaml(&ns.0, &database(&name, 1, ""));
-        wait_until(Duration::from_secs(20), "a new parent's children under the old rules", || {
-            exists(&ns.0, &format!("statefulset/{name}"))
-        });
+        wait_until(
+            Duration::from_secs(20),
+            "a new parent's children under the old rules",
+            || exists(&ns.0, &format!("statefulset/{name}")),
+        );
     }
     assert!(operator.metric("ruleop_rule_reloads_total", &[("result", "invalid")]) >= 3);
 
-    rules.swap(&with_edit(&rule_files, "database.yaml", |t| t.replace("  resync: 10m\n", "  resync: 5m\n")));
-    wait_until(Duration::from_secs(10), "the valid edit to load", || status(&ns.0, "state") == "Loaded");
+    rules.swap(&with_edit(&rule_files, "database.yaml", |t| {
+        t.replace("  resync: 10m\n", "  resync: 5m\n")
+    }));
+    wait_until(Duration::from_secs(10), "the valid edit to load", || {
+        status(&ns.0, "state") == "Loaded"
+    });
     assert!(operator.log_text().contains("rules reloaded"));
 }
 
@@ -116,19 +150,33 @@ fn a_rule_for_a_new_kind_starts_and_stops_at_runtime() {
     let mut rules = Mount::new(&database_only);
     let templates_mount = Mount::new(&files_under(&templates()));
     let operator = Operator::start_with(rules.path(), templates_mount.path(), &ns.0, RELOAD_FLAGS);
-    let cache = |name: &str| format!("apiVersion: myorg.io/v1\nkind: Cache\nmetadata: {{name: {name}}}\nspec: {{maxMemory: 64mb}}\n");
+    let cache = |name: &str| {
+        format!("apiVersion: myorg.io/v1\nkind: Cache\nmetadata: {{name: {name}}}\nspec: {{maxMemory: 64mb}}\n")
+    };
 
     apply_yaml(&ns.0, &cache("before"));
     std::thread::sleep(Duration::from_secs(1));
     assert!(!exists(&ns.0, "deployment/before-cache"), "no rule watches Cache yet");
 
     rules.swap(&all_rules);
-    wait_until(Duration::from_secs(20), "the Cache rule to reconcile the existing Cache", || exists(&ns.0, "deployment/before-cache"));
+    wait_until(
+        Duration::from_secs(20),
+        "the Cache rule to reconcile the existing Cache",
+        || exists(&ns.0, "deployment/before-cache"),
+    );
 
     rules.swap(&database_only);
-    wait_until(Duration::from_secs(10), "the Cache controller to stop", || operator.log_text().contains("controller stopped rule=cache"));
+    wait_until(Duration::from_secs(10), "the Cache controller to stop", || {
+        operator.log_text().contains("controller stopped rule=cache")
+    });
     apply_yaml(&ns.0, &cache("after"));
     std::thread::sleep(Duration::from_secs(2));
-    assert!(!exists(&ns.0, "deployment/after-cache"), "the removed rule no longer reconciles");
-    assert!(exists(&ns.0, "deployment/before-cache"), "children of a removed rule are left in place");
+    assert!(
+        !exists(&ns.0, "deployment/after-cache"),
+        "the removed rule no longer reconciles"
+    );
+    assert!(
+        exists(&ns.0, "deployment/before-cache"),
+        "children of a removed rule are left in place"
+    );
 }

@@ -2,8 +2,8 @@
 
 pub mod duration;
 pub mod load;
-pub mod reload;
 pub mod model;
+pub mod reload;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -51,7 +51,13 @@ impl DirWatcher {
             Ok(watcher)
         });
         match watcher {
-            Ok(watcher) => (DirWatcher { _watcher: Some(watcher), events }, None),
+            Ok(watcher) => (
+                DirWatcher {
+                    _watcher: Some(watcher),
+                    events,
+                },
+                None,
+            ),
             Err(e) => (DirWatcher { _watcher: None, events }, Some(e)),
         }
     }
@@ -105,9 +111,18 @@ mod tests {
             std::fs::write(dir.path().join(format!("f{i}")), "x").expect("write");
         }
         let started = std::time::Instant::now();
-        watcher.changed(Duration::from_millis(100), Duration::from_secs(10)).await;
-        assert!(started.elapsed() < Duration::from_secs(5), "the events were seen, not the poll");
-        let quiet = tokio::time::timeout(Duration::from_millis(300), watcher.changed(Duration::from_millis(50), Duration::from_secs(10))).await;
+        watcher
+            .changed(Duration::from_millis(100), Duration::from_secs(10))
+            .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the events were seen, not the poll"
+        );
+        let quiet = tokio::time::timeout(
+            Duration::from_millis(300),
+            watcher.changed(Duration::from_millis(50), Duration::from_secs(10)),
+        )
+        .await;
         assert!(quiet.is_err(), "the burst was consumed as one change");
     }
 }

@@ -14,7 +14,10 @@ pub struct Mount {
 impl Mount {
     /// A mount holding `files` (relative path, content).
     pub fn new(files: &[(String, String)]) -> Self {
-        let mut mount = Mount { dir: tempfile::tempdir().expect("tempdir"), version: 0 };
+        let mut mount = Mount {
+            dir: tempfile::tempdir().expect("tempdir"),
+            version: 0,
+        };
         mount.swap(files);
         mount
     }
@@ -45,8 +48,10 @@ impl Mount {
         let _ = std::fs::remove_file(&tmp);
         symlink(&data_dir_name, &tmp).expect("symlink ..data_tmp");
         std::fs::rename(&tmp, root.join("..data")).expect("rename ..data_tmp -> ..data");
-        let top: std::collections::BTreeSet<String> =
-            files.iter().map(|(p, _)| p.split('/').next().unwrap_or(p).to_owned()).collect();
+        let top: std::collections::BTreeSet<String> = files
+            .iter()
+            .map(|(p, _)| p.split('/').next().unwrap_or(p).to_owned())
+            .collect();
         for entry in std::fs::read_dir(root).expect("read mount").flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if !name.starts_with("..") && !top.contains(&name) {
@@ -65,13 +70,16 @@ impl Mount {
     }
 }
 
-/// Every file under `dir` as (relative path, content).
+/// Every file under `dir` as (relative path, content), through links, skipping dot entries.
 pub fn files_under(dir: &Path) -> Vec<(String, String)> {
     let mut files = Vec::new();
     let mut stack: Vec<PathBuf> = vec![dir.to_path_buf()];
     while let Some(current) = stack.pop() {
         for entry in std::fs::read_dir(&current).expect("read dir").flatten() {
             let path = entry.path();
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
             if path.is_dir() {
                 stack.push(path);
             } else {
