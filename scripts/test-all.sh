@@ -25,6 +25,6 @@ eval "$("$ctl" start)"
 export KUBECONFIG
 
 step "cargo test"
-cargo test --locked --all-targets -- --test-threads=2
+cargo test --locked --lib --bins --tests -- --test-threads=2
 step "cargo test (doc)"
 cargo test --locked --doc

@@ -75,3 +75,30 @@ fn status_writes_do_not_trigger_more_reconciles() {
         "expected about one reconcile per 2 s resync, got {during}"
     );
 }
+
+#[test]
+fn a_restarted_operator_reconciles_converged_parents_without_writing() {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    install_crds();
+    let ns = Namespace::new("idem-restart");
+    let first = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    for name in ["a", "b", "c"] {
+        apply_yaml(&ns.0, &database(name, 1, "  backup:\n    enabled: true\n"));
+    }
+    wait_until(Duration::from_secs(30), "convergence", || {
+        get(&ns.0, "databases", "{range .items[*]}{.status.observedGeneration}{end}") == "111"
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(first.stop(), "SIGTERM exits cleanly");
+
+    let writes_before = apiserver_writes(RESOURCES);
+    let second = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    wait_until(Duration::from_secs(30), "the restarted operator to reconcile all three", || {
+        second.metric("ruleop_reconciles_total", &[("rule", "database")]) >= 3
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let writes = apiserver_writes(RESOURCES) - writes_before;
+    eprintln!("restart: {writes} write requests for 3 converged parents (children came from a LIST)");
+    assert_eq!(writes, 0);
+    assert_eq!(second.metric("ruleop_api_writes_total", &[]), 0);
+}
