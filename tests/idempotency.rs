@@ -93,9 +93,11 @@ fn a_restarted_operator_reconciles_converged_parents_without_writing() {
 
     let writes_before = apiserver_writes(RESOURCES);
     let second = Operator::start(&root().join("rules"), &templates(), &ns.0);
-    wait_until(Duration::from_secs(30), "the restarted operator to reconcile all three", || {
-        second.metric("ruleop_reconciles_total", &[("rule", "database")]) >= 3
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "the restarted operator to reconcile all three",
+        || second.metric("ruleop_reconciles_total", &[("rule", "database")]) >= 3,
+    );
     std::thread::sleep(Duration::from_secs(2));
     let writes = apiserver_writes(RESOURCES) - writes_before;
     eprintln!("restart: {writes} write requests for 3 converged parents (children came from a LIST)");

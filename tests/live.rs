@@ -211,3 +211,87 @@ fn two_rules_for_two_kinds_run_side_by_side() {
         get(&ns.0, "cache/sessions", "{.status.address}") == format!("sessions-cache.{}.svc:6379", ns.0)
     });
 }
+
+fn ready(ns: &str, name: &str, field: &str) -> String {
+    get(
+        ns,
+        &format!("database/{name}"),
+        &format!("{{.status.conditions[?(@.type==\"Ready\")].{field}}}"),
+    )
+}
+
+#[test]
+fn an_immutable_change_is_reported_and_not_retried_hot() {
+    let ns = Namespace::new("live-immutable");
+    let operator = shipped_operator(&ns);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "convergence", || {
+        converged(&ns.0, "orders") && exists(&ns.0, "statefulset/orders")
+    });
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "database/orders",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"storage":{"size":"2Gi"}}}"#,
+    ]);
+    wait_until(WAIT, "Ready=False ImmutableFieldChanged", || {
+        ready(&ns.0, "orders", "reason") == "ImmutableFieldChanged"
+    });
+    let message = ready(&ns.0, "orders", "message");
+    assert!(
+        message.contains("StatefulSet") && message.contains("onImmutableChange: recreate"),
+        "{message}"
+    );
+    let storage = "{.spec.volumeClaimTemplates[0].spec.resources.requests.storage}";
+    assert_eq!(get(&ns.0, "statefulset/orders", storage), "1Gi");
+    let writes = operator.metric("ruleop_api_writes_total", &[("kind", "StatefulSet")]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        operator.metric("ruleop_api_writes_total", &[("kind", "StatefulSet")]),
+        writes,
+        "not retried hot"
+    );
+}
+
+#[test]
+fn on_immutable_change_recreate_replaces_the_child() {
+    install_crds();
+    let ns = Namespace::new("live-recreate");
+    let rules = rules_dir(|text| {
+        text.replace(
+            "      when: spec.replicas > 0\n",
+            "      when: spec.replicas > 0\n      onImmutableChange: recreate\n",
+        )
+    });
+    let _operator = Operator::start(rules.path(), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "convergence", || {
+        converged(&ns.0, "orders") && exists(&ns.0, "statefulset/orders")
+    });
+    let old_uid = get(&ns.0, "statefulset/orders", "{.metadata.uid}");
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "database/orders",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"storage":{"size":"2Gi"}}}"#,
+    ]);
+    wait_until(WAIT, "the StatefulSet to be recreated with 2Gi", || {
+        let uid = get(&ns.0, "statefulset/orders", "{.metadata.uid}");
+        !uid.is_empty()
+            && uid != old_uid
+            && get(
+                &ns.0,
+                "statefulset/orders",
+                "{.spec.volumeClaimTemplates[0].spec.resources.requests.storage}",
+            ) == "2Gi"
+    });
+    wait_until(WAIT, "Ready not failing", || {
+        ready(&ns.0, "orders", "reason") != "ImmutableFieldChanged"
+    });
+}

@@ -121,8 +121,14 @@ async fn repair_drift(
     Ok(())
 }
 
+/// Whether the API server rejected a change to a field that cannot change in place. Kinds word
+/// it differently: "field is immutable" (Job template), "may not change once set" (Service
+/// clusterIP), "Forbidden: updates to statefulset spec for fields other than ..." (StatefulSet).
 fn is_immutable(status: &kube::core::Status) -> bool {
-    status.code == 422 && status.message.contains("immutable")
+    status.code == 422
+        && ["immutable", "may not change once set", "Forbidden: updates to"]
+            .iter()
+            .any(|phrase| status.message.contains(phrase))
 }
 
 /// Deletes a child (background propagation); a child already gone counts as deleted.
