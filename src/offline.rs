@@ -112,18 +112,23 @@ pub fn render(
     })
 }
 
-fn read_parent(file: &Path) -> Result<(Value, Vec<String>), CommandError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CommandError(format!("{}: error: cannot read: {e}", file.display())))?;
-    let mut docs = yaml::documents(&text).map_err(|e| {
+/// Every document of a YAML file, or an error naming the file and the place.
+fn read_yaml_file(path: &Path) -> Result<Vec<Value>, CommandError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CommandError(format!("{}: error: cannot read: {e}", path.display())))?;
+    yaml::documents(&text).map_err(|e| {
         CommandError(format!(
             "{}:{}:{}: error: {}",
-            file.display(),
+            path.display(),
             e.line.unwrap_or(0),
             e.column.unwrap_or(0),
             e.message
         ))
-    })?;
+    })
+}
+
+fn read_parent(file: &Path) -> Result<(Value, Vec<String>), CommandError> {
+    let mut docs = read_yaml_file(file)?;
     if docs.len() != 1 || !docs[0].is_object() {
         return Err(CommandError(format!(
             "{}: error: expected exactly one object, found {} document(s)",
@@ -185,17 +190,7 @@ fn read_observed(dir: &Path, rule: &Rule, parent: &Value) -> Result<Vec<Value>, 
     files.sort();
     let mut observed = Vec::new();
     for path in files {
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| CommandError(format!("{}: error: {e}", path.display())))?;
-        let docs = yaml::documents(&text).map_err(|e| {
-            CommandError(format!(
-                "{}:{}:{}: error: {}",
-                path.display(),
-                e.line.unwrap_or(0),
-                e.column.unwrap_or(0),
-                e.message
-            ))
-        })?;
+        let docs = read_yaml_file(&path)?;
         for mut object in docs {
             adopt(&mut object, rule, uid);
             observed.push(object);

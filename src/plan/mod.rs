@@ -177,7 +177,7 @@ pub fn plan(
             message: format!("children applied: {}", desired.len()),
         });
     }
-    let status_patch = status_patch(parent, &parent_ref, managed, &wanted_conditions, now);
+    let status_patch = status_patch(parent, parent_ref.generation, managed, &wanted_conditions, now);
     Ok(Plan {
         children: desired,
         prune,
@@ -200,24 +200,14 @@ pub fn failure_status_patch(parent: &Value, reason: &str, message: &str, now: &s
         reason: reason.to_owned(),
         message: message.to_owned(),
     }];
-    let current = parent.get("status").cloned().unwrap_or_else(|| json!({}));
-    let conditions = current
-        .get("conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut managed = Map::new();
-    managed.insert("observedGeneration".to_owned(), json!(generation));
-    managed.insert(
-        "conditions".to_owned(),
-        json!(status::merge_conditions(&conditions, &wanted, generation, now)),
-    );
-    status::patch(&current, managed)
+    status_patch(parent, generation, Map::new(), &wanted, now)
 }
 
+/// The merge patch setting `managed` fields, observedGeneration and the wanted conditions
+/// (merged into the current ones), or `None` if the status already holds them.
 fn status_patch(
     parent: &Value,
-    parent_ref: &ParentRef,
+    generation: i64,
     mut managed: Map<String, Value>,
     wanted: &[WantedCondition],
     now: &str,
@@ -228,15 +218,10 @@ fn status_patch(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    managed.insert("observedGeneration".to_owned(), json!(parent_ref.generation));
+    managed.insert("observedGeneration".to_owned(), json!(generation));
     managed.insert(
         "conditions".to_owned(),
-        json!(status::merge_conditions(
-            &conditions,
-            wanted,
-            parent_ref.generation,
-            now
-        )),
+        json!(status::merge_conditions(&conditions, wanted, generation, now)),
     );
     status::patch(&current, managed)
 }
