@@ -248,7 +248,7 @@ async fn reconcile_parent(
     let uid = parent.uid().unwrap_or_default();
     // Planning against a child cache that has not listed yet would see every child missing.
     let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
-    let parent_json = with_type(parent, &ctx.parent_kind.resource);
+    let mut parent_json = with_type(parent, &ctx.parent_kind.resource);
     let observed: Vec<Value> = ctx
         .child_stores
         .iter()
@@ -274,7 +274,17 @@ async fn reconcile_parent(
         reference: parent.object_ref(&ctx.parent_kind.resource),
     };
     debug!(parent = %parent.name_any(), children = observed.len(), "planning");
-    let plan = match plan::plan(&set.renderer, rule, &parent_json, &observed, &now) {
+    let mut plan = plan::plan(&set.renderer, rule, &parent_json, &observed, &now);
+    // Non-idempotent work is decided on the live parent, not the cache: the cache may not yet
+    // show our own last status write, and a stale `Pending` record would be resumed twice.
+    if plan.as_ref().is_ok_and(|p| p.actions.iter().any(|a| a.run))
+        && let Ok(fresh) = handle.api.get(&handle.name).await
+        && fresh.resource_version() != parent.resource_version()
+    {
+        parent_json = with_type(&fresh, &ctx.parent_kind.resource);
+        plan = plan::plan(&set.renderer, rule, &parent_json, &observed, &now);
+    }
+    let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {
             report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
@@ -338,8 +348,7 @@ async fn apply_plan(
             EventType::Normal,
             reason,
             format!("{} ({})", child.target, child.id),
-        )
-        .await;
+        );
     }
     if let Some(e) = child_error {
         return Err(e);
@@ -353,41 +362,33 @@ async fn apply_plan(
             EventType::Normal,
             "ChildPruned",
             format!("{target} is no longer desired"),
-        )
-        .await;
+        );
     }
-    let mut ran = false;
-    let mut first_error = None;
     debug!(parent = %handle.name, "children applied");
-    for decision in plan.actions.iter().filter(|d| d.run) {
+    let runs: Vec<_> = plan
+        .actions
+        .iter()
+        .filter(|d| d.run)
+        .filter_map(|d| Some((d, rule.spec.actions.iter().find(|a| a.id.value == d.id)?)))
+        .collect();
+    let mut first_error = None;
+    for (i, (decision, spec)) in runs.iter().enumerate() {
         debug!(parent = %handle.name, action = %decision.id, reason = %decision.reason, "running action");
-        let Some(spec) = rule.spec.actions.iter().find(|a| a.id.value == decision.id) else {
-            continue;
-        };
-        ran = true;
-        match actions::run(cluster, handle, &mut parent, spec, decision, now).await {
+        let finish = (i + 1 == runs.len() && first_error.is_none()).then_some(&plan.status);
+        let result = actions::run(cluster, handle, &mut parent, spec, decision, finish, now).await;
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        cluster.admin.metrics.inc(
+            "ruleop_actions_total",
+            &[("rule", &rule.name), ("action", &decision.id), ("result", outcome)],
+        );
+        match result {
             Ok(()) => {
-                cluster.admin.metrics.inc(
-                    "ruleop_actions_total",
-                    &[("rule", &rule.name), ("action", &decision.id), ("result", "ok")],
-                );
-                events::publish(
-                    cluster,
-                    handle,
-                    None,
-                    EventType::Normal,
-                    "ActionRan",
-                    format!("{}: {}", decision.id, decision.reason),
-                )
-                .await;
+                let note = format!("{}: {}", decision.id, decision.reason);
+                events::publish(cluster, handle, None, EventType::Normal, "ActionRan", note);
             }
             Err(e) => {
-                cluster.admin.metrics.inc(
-                    "ruleop_actions_total",
-                    &[("rule", &rule.name), ("action", &decision.id), ("result", "error")],
-                );
                 if !matches!(e, ApplyError::Conflict(_)) {
-                    events::publish(cluster, handle, None, EventType::Warning, e.reason(), e.to_string()).await;
+                    events::publish(cluster, handle, None, EventType::Warning, e.reason(), e.to_string());
                 }
                 first_error.get_or_insert(e);
             }
@@ -396,13 +397,15 @@ async fn apply_plan(
     if let Some(e) = first_error {
         return Err(e);
     }
-    if !ran && let Some(patch) = &plan.status_patch {
+    if runs.is_empty()
+        && let Some(patch) = &plan.status_patch
+    {
         cluster
             .patch_status(handle, patch)
             .await
             .map_err(|e| ApplyError::Status(Box::new(e)))?;
     }
-    Ok(ran)
+    Ok(!runs.is_empty())
 }
 
 /// Writes `Ready=False` with the reason (only when that changes the status) and an Event then.
@@ -421,7 +424,7 @@ async fn report_failure(
     if let Err(e) = cluster.patch_status(handle, &patch).await {
         warn!(parent = %handle.name, error = %e, "writing the failure status failed");
     }
-    events::publish(cluster, handle, None, EventType::Warning, reason, message.to_owned()).await;
+    events::publish(cluster, handle, None, EventType::Warning, reason, message.to_owned());
 }
 
 fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<RuleContext>) -> Action {

@@ -40,7 +40,7 @@ fn rules_with_webhook(url: &str) -> tempfile::TempDir {
         text.replace(
             "  actions:\n",
             &format!(
-                "  actions:\n    - id: notify\n      guard: {{generation: true}}\n      http:\n        url: {url}\n        body: '{{\"db\": {{{{ metadata.name | tojson }}}}}}'\n      record: {{condition: Notified}}\n"
+                "  actions:\n    - id: notify\n      guard: {{generation: true}}\n      http:\n        url: {url}\n        body: '{{\"db\": {{{{ metadata.name | tojson }}}}, \"generation\": {{{{ metadata.generation }}}}}}'\n      record: {{condition: Notified}}\n"
             ),
         )
     })
@@ -264,7 +264,12 @@ fn sigkill_at_random_points_never_duplicates_or_loses_a_backup() {
         jobs.values().sum::<usize>(),
         deliveries - keys
     );
-    assert_eq!(keys, PARENTS * 2, "every (parent, generation) key reached the webhook");
+    let repeated: Vec<_> = hook.keys_per_body().into_iter().filter(|(_, n)| *n > 1).collect();
+    assert_eq!(
+        keys,
+        PARENTS * 2,
+        "every (parent, generation) key reached the webhook; bodies with several keys: {repeated:?}"
+    );
     assert_eq!(effects, PARENTS * 2, "each key took effect once");
 }
 

@@ -13,6 +13,7 @@ use kube::api::PostParams;
 use serde_json::{Value, json};
 
 use super::{ApplyError, Cluster, ParentHandle};
+use crate::plan::DesiredStatus;
 use crate::plan::actions::{ActionDecision, Effect, HttpRequest, RunRecord, phase};
 use crate::plan::status::{WantedCondition, merge_conditions};
 use crate::rules::model::ActionSpec;
@@ -21,13 +22,15 @@ use crate::rules::model::ActionSpec;
 pub const ACTIONS_CONDITION: &str = "ActionsSucceeded";
 
 /// Runs one action the plan decided to run. `parent` is the latest parent JSON and is
-/// replaced by the updated object after each status write.
+/// replaced by the updated object after each status write. With `finish`, a successful
+/// completion also writes that status (observedGeneration, fields, conditions).
 pub async fn run(
     cluster: &Cluster<'_>,
     handle: &ParentHandle,
     parent: &mut Value,
     spec: &ActionSpec,
     decision: &ActionDecision,
+    finish: Option<&DesiredStatus>,
     now: &str,
 ) -> Result<(), ApplyError> {
     let (Some(key), Some(guard_value), Some(effect)) = (&decision.key, &decision.guard_value, &decision.effect) else {
@@ -119,10 +122,22 @@ pub async fn run(
             }],
         ),
     };
+    // The last action of a reconcile also writes the plan's status, saving a request.
+    let finish = finish.filter(|_| outcome.is_ok());
+    let wanted: Vec<WantedCondition> = wanted
+        .into_iter()
+        .chain(finish.iter().flat_map(|d| d.conditions.clone()))
+        .collect();
     let mut status = json!({
         "actions": {id: record_patch},
         "conditions": merge_conditions(&conditions, &wanted, generation, now),
     });
+    if let Some(desired) = finish {
+        status["observedGeneration"] = json!(desired.generation);
+        for (field, value) in &desired.fields {
+            status[field] = value.clone();
+        }
+    }
     if outcome.is_ok()
         && let Some(field) = spec.record.as_ref().and_then(|r| r.status_field.as_ref())
     {

@@ -9,9 +9,9 @@ use super::{Cluster, ParentHandle};
 use crate::plan::children::ObjectRef;
 
 /// Publishes an Event on the parent, about `child` when given (Events with the same reason
-/// about different children stay separate instead of folding into one series); a failure to
-/// publish is logged, never fatal.
-pub async fn publish(
+/// about different children stay separate instead of folding into one series). Sent in the
+/// background so a reconcile never waits for it; a failure to publish is logged, never fatal.
+pub fn publish(
     cluster: &Cluster<'_>,
     parent: &ParentHandle,
     child: Option<&ObjectRef>,
@@ -41,7 +41,10 @@ pub async fn publish(
         }),
     };
     cluster.count_write("POST", "Event");
-    if let Err(e) = cluster.recorder.publish(&event, &parent.reference).await {
-        warn!(parent = %parent.name, error = %e, "publishing an Event failed");
-    }
+    let (recorder, reference, name) = (cluster.recorder.clone(), parent.reference.clone(), parent.name.clone());
+    tokio::spawn(async move {
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            warn!(parent = %name, error = %e, "publishing an Event failed");
+        }
+    });
 }

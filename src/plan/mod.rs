@@ -71,6 +71,29 @@ pub struct Plan {
     pub actions: Vec<ActionDecision>,
     /// The status merge patch, or `None` when the status already holds.
     pub status_patch: Option<Value>,
+    /// What the status should hold, to merge into a later write (after actions changed it).
+    #[serde(skip)]
+    pub status: DesiredStatus,
+}
+
+/// The status fields and conditions a plan wants, independent of the status it was planned on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DesiredStatus {
+    /// `metadata.generation` the status reports as observed.
+    pub generation: i64,
+    /// Rule fields (`null` removes one).
+    pub fields: Map<String, Value>,
+    /// Conditions this plan sets.
+    pub conditions: Vec<WantedCondition>,
+}
+
+impl DesiredStatus {
+    /// The merge patch taking `parent`'s status to this one, plus `extra` conditions; `None`
+    /// if it already holds.
+    pub fn patch_against(&self, parent: &Value, extra: &[WantedCondition], now: &str) -> Option<Value> {
+        let wanted: Vec<WantedCondition> = self.conditions.iter().chain(extra).cloned().collect();
+        status_patch(parent, self.generation, self.fields.clone(), &wanted, now)
+    }
 }
 
 impl Plan {
@@ -177,12 +200,18 @@ pub fn plan(
             message: format!("children applied: {}", desired.len()),
         });
     }
-    let status_patch = status_patch(parent, parent_ref.generation, managed, &wanted_conditions, now);
+    let status = DesiredStatus {
+        generation: parent_ref.generation,
+        fields: managed,
+        conditions: wanted_conditions,
+    };
+    let status_patch = status.patch_against(parent, &[], now);
     Ok(Plan {
         children: desired,
         prune,
         actions,
         status_patch,
+        status,
     })
 }
 

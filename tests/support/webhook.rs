@@ -14,6 +14,8 @@ pub struct Received {
     pub deliveries: HashMap<String, usize>,
     /// Keys whose effect was applied (once each).
     pub effects: Vec<String>,
+    /// The body of each key's first delivery.
+    pub bodies: HashMap<String, String>,
 }
 
 /// A running receiver on 127.0.0.1.
@@ -50,13 +52,20 @@ impl Webhook {
                         line.clear();
                     }
                     let mut body = vec![0; length];
-                    let _ = reader.read_exact(&mut body);
+                    if key.is_empty() || reader.read_exact(&mut body).is_err() {
+                        // A request cut short (its sender was killed) is not a delivery.
+                        return;
+                    }
                     let fail = failures_left
                         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                         .is_ok();
                     {
                         let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
                         *state.deliveries.entry(key.clone()).or_insert(0) += 1;
+                        state
+                            .bodies
+                            .entry(key.clone())
+                            .or_insert_with(|| String::from_utf8_lossy(&body).into_owned());
                         if !fail && !state.effects.contains(&key) {
                             state.effects.push(key);
                         }
@@ -79,5 +88,17 @@ impl Webhook {
             state.deliveries.values().sum(),
             state.effects.len(),
         )
+    }
+}
+
+impl Webhook {
+    /// How many distinct keys each body received (bodies name the parent and generation).
+    pub fn keys_per_body(&self) -> std::collections::BTreeMap<String, usize> {
+        let state = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = std::collections::BTreeMap::new();
+        for body in state.bodies.values() {
+            *counts.entry(body.clone()).or_insert(0) += 1;
+        }
+        counts
     }
 }
