@@ -11,7 +11,7 @@ use futures::channel::{mpsc, oneshot};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::reflector::{Store, store::Writer};
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
@@ -20,10 +20,11 @@ use tracing::{debug, info, warn};
 use crate::admin::AdminState;
 use crate::apply::children::{ChildOutcome, apply_child, delete};
 use crate::apply::{ApplyError, Cluster, ParentHandle, actions, events};
+use crate::child_index::ChildIndex;
 use crate::clock::now_rfc3339;
 use crate::kinds::{Kinds, ServedKind};
 use crate::plan::children::ObjectRef;
-use crate::plan::context::{LABEL_PARENT_UID, LABEL_RULE};
+use crate::plan::context::LABEL_RULE;
 use crate::plan::{self, Plan, PlanError};
 use crate::rules::{Rule, RuleSet};
 
@@ -90,23 +91,33 @@ struct RuleContext {
     shared: Arc<Shared>,
     rule_name: String,
     parent_kind: ServedKind,
-    child_stores: Vec<(kube::discovery::ApiResource, Store<DynamicObject>)>,
+    children: Vec<(kube::discovery::ApiResource, Arc<ChildIndex>)>,
     failures: Mutex<HashMap<String, u32>>,
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
     /// `Store::wait_until_ready` wakes only the last of several concurrent waiters.
     children_synced: tokio::sync::watch::Receiver<bool>,
 }
 
-/// A channel that turns true once every store has synced.
-fn synced_signal(stores: Vec<Store<DynamicObject>>) -> tokio::sync::watch::Receiver<bool> {
-    let (tx, rx) = tokio::sync::watch::channel(stores.is_empty());
+/// A channel that turns true once every child cache has listed.
+fn synced_signal(indexes: &[Arc<ChildIndex>]) -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(indexes.is_empty());
+    let mut each: Vec<_> = indexes.iter().map(|index| index.synced()).collect();
     tokio::spawn(async move {
-        for store in stores {
-            let _ = store.wait_until_ready().await;
+        for synced in &mut each {
+            let _ = synced.wait_for(|done| *done).await;
         }
         let _ = tx.send(true);
     });
     rx
+}
+
+/// Drops what the engine never reads from cached objects: managedFields (often half an
+/// object) and kubectl's last-applied annotation (a second copy of the spec).
+fn slim(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
 }
 
 /// A running controller and the handles to steer it.
@@ -159,32 +170,44 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     if let Some(selector) = &rule.spec.watch.label_selector {
         config = config.labels(selector);
     }
-    let mut controller = Controller::new_with(shared.api(&parent_kind), config, parent_kind.resource.clone());
+    let parent_writer = Writer::new(parent_kind.resource.clone());
+    let parent_store = parent_writer.as_reader();
+    let parents = watcher(shared.api(&parent_kind), config)
+        .default_backoff()
+        .modify(slim)
+        .reflect(parent_writer)
+        .applied_objects();
+    let mut controller = Controller::for_stream_with(parents, parent_store, parent_kind.resource.clone());
     let owned = child_kinds(rule);
-    let mut child_stores = Vec::new();
+    let mut children = Vec::new();
     for (api_version, kind) in &owned {
         let served = kinds
             .get(api_version, kind)
             .ok_or_else(|| ApplyError::UnknownKind(format!("{api_version} {kind}")))?;
-        let writer = Writer::new(served.resource.clone());
-        child_stores.push((served.resource.clone(), writer.as_reader()));
+        let index = Arc::new(ChildIndex::default());
+        children.push((served.resource.clone(), index.clone()));
         let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
         let stream = watcher(shared.api(served), ours)
             .default_backoff()
-            .reflect(writer)
+            .modify(slim)
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    index.apply(event);
+                }
+            })
             .touched_objects();
         controller = controller.owns_stream_with(stream, served.resource.clone());
     }
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
     let (stop, stop_rx) = oneshot::channel::<()>();
     let concurrency = rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
-    let children_synced = synced_signal(child_stores.iter().map(|(_, store)| store.clone()).collect());
+    let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
     let context = Arc::new(RuleContext {
         children_synced,
         shared,
         rule_name: rule.name.clone(),
         parent_kind,
-        child_stores,
+        children,
         failures: Mutex::new(HashMap::new()),
     });
     let name = rule.name.clone();
@@ -229,7 +252,12 @@ async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<
     let started = std::time::Instant::now();
     let result = reconcile_parent(&ctx, &set, rule, &kinds, &parent, &namespace).await;
     debug!(parent = %parent.name_any(), elapsed = ?started.elapsed(), ok = result.is_ok(), "reconciled");
-    let outcome = if result.is_ok() { "ok" } else { "error" };
+    let outcome = match &result {
+        Ok(_) => "ok",
+        // An optimistic-concurrency retry (stale cache), not a failure.
+        Err(ReconcileError::Apply(ApplyError::Conflict(_))) => "conflict",
+        Err(_) => "error",
+    };
     ctx.shared
         .admin
         .metrics
@@ -248,16 +276,15 @@ async fn reconcile_parent(
     let uid = parent.uid().unwrap_or_default();
     // Planning against a child cache that has not listed yet would see every child missing.
     let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
-    let mut parent_json = with_type(parent, &ctx.parent_kind.resource);
+    let parent_json = with_type(parent, &ctx.parent_kind.resource);
     let observed: Vec<Value> = ctx
-        .child_stores
+        .children
         .iter()
-        .flat_map(|(resource, store)| {
-            store
-                .state()
+        .flat_map(|(resource, index)| {
+            index
+                .children_of(&uid)
                 .into_iter()
-                .filter(|child| child.labels().get(LABEL_PARENT_UID) == Some(&uid))
-                .map(|child| with_type(&child, resource))
+                .map(move |child| with_type(&child, resource))
         })
         .collect();
     let now = now_rfc3339();
@@ -274,16 +301,7 @@ async fn reconcile_parent(
         reference: parent.object_ref(&ctx.parent_kind.resource),
     };
     debug!(parent = %parent.name_any(), children = observed.len(), "planning");
-    let mut plan = plan::plan(&set.renderer, rule, &parent_json, &observed, &now);
-    // Non-idempotent work is decided on the live parent, not the cache: the cache may not yet
-    // show our own last status write, and a stale `Pending` record would be resumed twice.
-    if plan.as_ref().is_ok_and(|p| p.actions.iter().any(|a| a.run))
-        && let Ok(fresh) = handle.api.get(&handle.name).await
-        && fresh.resource_version() != parent.resource_version()
-    {
-        parent_json = with_type(&fresh, &ctx.parent_kind.resource);
-        plan = plan::plan(&set.renderer, rule, &parent_json, &observed, &now);
-    }
+    let plan = plan::plan(&set.renderer, rule, &parent_json, &observed, &now);
     let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {
@@ -325,12 +343,17 @@ async fn apply_plan(
     observed: &[Value],
     now: &str,
 ) -> Result<bool, ApplyError> {
-    let mut child_error = None;
-    for child in &plan.children {
+    // Children are independent: apply them side by side, one round trip instead of one each.
+    let applied = futures::future::join_all(plan.children.iter().map(|child| {
         let live = observed
             .iter()
             .find(|o| ObjectRef::of(o).as_ref() == Some(&child.target));
-        let reason = match apply_child(cluster, child, live).await {
+        apply_child(cluster, child, live)
+    }))
+    .await;
+    let mut child_error = None;
+    for (child, result) in plan.children.iter().zip(applied) {
+        let reason = match result {
             Ok(ChildOutcome::Unchanged) => continue,
             Ok(ChildOutcome::Created) => "ChildCreated",
             Ok(ChildOutcome::Updated) => "ChildUpdated",
@@ -341,14 +364,8 @@ async fn apply_plan(
                 continue;
             }
         };
-        events::publish(
-            cluster,
-            handle,
-            Some(&child.target),
-            EventType::Normal,
-            reason,
-            format!("{} ({})", child.target, child.id),
-        );
+        let note = format!("{} ({})", child.target, child.id);
+        events::publish(cluster, handle, Some(&child.target), EventType::Normal, reason, note);
     }
     if let Some(e) = child_error {
         return Err(e);

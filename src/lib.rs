@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod apply;
+pub mod child_index;
 pub mod cli;
 pub mod clock;
 pub mod controller;

@@ -38,34 +38,32 @@ pub async fn run(
     };
     let id = decision.id.as_str();
     let record = RunRecord::read(parent, id);
-    let already_pending = record
-        .as_ref()
-        .is_some_and(|r| r.phase == phase::PENDING && &r.key == key);
-    if !already_pending {
-        let same_key = record.as_ref().is_some_and(|r| &r.key == key);
-        let runs = record.as_ref().map_or(0, |r| r.runs) + u64::from(!same_key);
-        let attempts = if same_key {
-            record.as_ref().map_or(0, |r| r.attempts)
-        } else {
-            0
-        } + 1;
-        let resource_version = parent
-            .pointer("/metadata/resourceVersion")
-            .cloned()
-            .unwrap_or(Value::Null);
-        let intent = json!({
-            "metadata": {"resourceVersion": resource_version},
-            "status": {"actions": {id: {
-                "key": key, "guardValue": guard_value, "phase": phase::PENDING,
-                "startedAt": now, "completedAt": null, "runs": runs, "attempts": attempts,
-            }}},
-        });
-        *parent = match cluster.patch_status(handle, &intent).await {
-            Ok(updated) => updated,
-            Err(kube::Error::Api(status)) if status.code == 409 => return Err(ApplyError::Conflict(id.to_owned())),
-            Err(e) => return Err(ApplyError::Status(Box::new(e))),
-        };
-    }
+    // Every attempt, a resumed one too, first records its intent under the resourceVersion the
+    // decision was made on: if the cache was stale (another writer, or our own last write not
+    // seen yet) the write fails with 409 and the reconcile retries on fresh state.
+    let same_key = record.as_ref().is_some_and(|r| &r.key == key);
+    let runs = record.as_ref().map_or(0, |r| r.runs) + u64::from(!same_key);
+    let attempts = if same_key {
+        record.as_ref().map_or(0, |r| r.attempts)
+    } else {
+        0
+    } + 1;
+    let resource_version = parent
+        .pointer("/metadata/resourceVersion")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let intent = json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"actions": {id: {
+            "key": key, "guardValue": guard_value, "phase": phase::PENDING,
+            "startedAt": now, "completedAt": null, "runs": runs, "attempts": attempts,
+        }}},
+    });
+    *parent = match cluster.patch_status(handle, &intent).await {
+        Ok(updated) => updated,
+        Err(kube::Error::Api(status)) if status.code == 409 => return Err(ApplyError::Conflict(id.to_owned())),
+        Err(e) => return Err(ApplyError::Status(Box::new(e))),
+    };
     let outcome = match effect {
         Effect::Create(object) => create(cluster, object).await,
         Effect::Http(request) => send(request, key).await,
