@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::admin::AdminState;
 use crate::apply::children::{ChildOutcome, apply_child, delete};
-use crate::apply::{ApplyError, Cluster, ParentHandle, actions, events};
+use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, actions, events};
 use crate::child_index::ChildIndex;
 use crate::clock::now_rfc3339;
 use crate::kinds::{Kinds, ServedKind};
@@ -93,6 +93,8 @@ struct RuleContext {
     parent_kind: ServedKind,
     children: Vec<(kube::discovery::ApiResource, Arc<ChildIndex>)>,
     failures: Mutex<HashMap<String, u32>>,
+    /// Parents as our own status writes left them, until the cache catches up.
+    written: WrittenParents,
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
     /// `Store::wait_until_ready` wakes only the last of several concurrent waiters.
     children_synced: tokio::sync::watch::Receiver<bool>,
@@ -209,6 +211,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         parent_kind,
         children,
         failures: Mutex::new(HashMap::new()),
+        written: WrittenParents::default(),
     });
     let name = rule.name.clone();
     let task = tokio::spawn(async move {
@@ -276,7 +279,7 @@ async fn reconcile_parent(
     let uid = parent.uid().unwrap_or_default();
     // Planning against a child cache that has not listed yet would see every child missing.
     let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
-    let parent_json = with_type(parent, &ctx.parent_kind.resource);
+    let parent_json = ctx.written.newest(&uid, with_type(parent, &ctx.parent_kind.resource));
     let observed: Vec<Value> = ctx
         .children
         .iter()
@@ -293,6 +296,7 @@ async fn reconcile_parent(
         kinds,
         recorder: &ctx.shared.recorder,
         admin: &ctx.shared.admin,
+        written: &ctx.written,
     };
     let handle = ParentHandle {
         api: Api::namespaced_with(ctx.shared.client.clone(), namespace, &ctx.parent_kind.resource),

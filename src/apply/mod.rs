@@ -82,6 +82,42 @@ impl ApplyError {
     }
 }
 
+/// The parent objects our own status writes returned, by UID, until the cache catches up.
+///
+/// Our writes reach the cache through the watch, a moment later; a reconcile triggered in
+/// between (by our own child creations) would plan on the older parent, decide an action is due
+/// again, and only learn otherwise from a 409 on its intent write.
+#[derive(Debug, Default)]
+pub struct WrittenParents(std::sync::Mutex<std::collections::HashMap<String, Value>>);
+
+impl WrittenParents {
+    fn record(&self, uid: &str, parent: &Value) {
+        if let Ok(mut written) = self.0.lock() {
+            written.insert(uid.to_owned(), parent.clone());
+        }
+    }
+
+    /// The newer of `cached` and what we last wrote for `uid` (by resourceVersion, which the
+    /// API server takes from etcd's monotonic revision); forgets what the cache has caught up with.
+    pub fn newest(&self, uid: &str, cached: Value) -> Value {
+        let version = |v: &Value| {
+            v.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)?
+                .parse::<u64>()
+                .ok()
+        };
+        let Ok(mut written) = self.0.lock() else { return cached };
+        match written.get(uid) {
+            Some(ours) if version(ours) > version(&cached) => ours.clone(),
+            Some(_) => {
+                written.remove(uid);
+                cached
+            }
+            None => cached,
+        }
+    }
+}
+
 /// What the apply layer needs: a client, resolved kinds, the Event recorder and counters.
 pub struct Cluster<'a> {
     /// The API client.
@@ -92,6 +128,8 @@ pub struct Cluster<'a> {
     pub recorder: &'a Recorder,
     /// Counters.
     pub admin: &'a AdminState,
+    /// Parents as our own status writes left them.
+    pub written: &'a WrittenParents,
 }
 
 impl Cluster<'_> {
@@ -126,7 +164,17 @@ impl Cluster<'_> {
             .api
             .patch_status(&parent.name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
-        Ok(serde_json::to_value(updated).unwrap_or_default())
+        let mut updated = serde_json::to_value(updated).unwrap_or_default();
+        if let Some(map) = updated.as_object_mut() {
+            map.remove("managedFields");
+            if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("managedFields");
+            }
+        }
+        if let Some(uid) = &parent.reference.uid {
+            self.written.record(uid, &updated);
+        }
+        Ok(updated)
     }
 }
 
