@@ -19,7 +19,7 @@ import (
 )
 
 const (
-	serviceClusterIPRange = "10.0.0.0/24"
+	serviceClusterIPRange = "10.0.0.0/16"
 	serviceAccountIssuer  = "https://kubernetes.default.svc.cluster.local"
 	apiserverReadyTimeout = 90 * time.Second
 )

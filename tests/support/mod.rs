@@ -299,11 +299,11 @@ pub fn sum_metric(text: &str, name: &str, filter: &[(&str, &str)]) -> u64 {
         .sum::<f64>() as u64
 }
 
-/// Write requests (POST, PUT, PATCH) the API server has served for these resources, from its
-/// own `apiserver_request_total` counter.
+/// Write requests (POST, PUT, PATCH, and APPLY, the verb the API server counts server-side
+/// apply under) it has served for these resources, from its own `apiserver_request_total`.
 pub fn apiserver_writes(resources: &[&str]) -> u64 {
     let text = kubectl_ok(&["get", "--raw", "/metrics"]);
-    ["POST", "PUT", "PATCH"]
+    ["POST", "PUT", "PATCH", "APPLY"]
         .iter()
         .flat_map(|verb| resources.iter().map(move |r| (*verb, *r)))
         .map(|(verb, resource)| {

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# `make bench`: builds what the convergence benchmark needs, runs the render benchmark
+# (cargo bench --bench plan) and then the convergence benchmark (benches/convergence.rs), which
+# starts its own control plane in target/control-plane-bench and writes bench/results/.
+# Everything started here is stopped on exit, also on failure or Ctrl-C.
+#
+# Environment: BENCH_N (default "100,1000"; e.g. BENCH_N=20 for a smoke run), BENCH_CONTENDERS
+# (default "floor,ruleop,kopf"), BENCH_TIMEOUT_S (default 5400), BENCH_SKIP_PLAN=1 to skip the
+# render benchmark; more in benches/convergence.rs and bench/README.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export RULEOP_APISERVER_STATE="$PWD/target/control-plane-bench"
+export BENCH_VENV="${BENCH_VENV:-$PWD/target/bench-venv}"
+export BENCH_TIMEOUT_S="${BENCH_TIMEOUT_S:-5400}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+ctl=tests/apiserver/ctl.sh
+mkdir -p "$RULEOP_APISERVER_STATE"
+
+# One benchmark at a time: a second one would share (and wipe) the control plane's state dir.
+exec 9>"$PWD/target/bench.lock"
+if ! flock -n 9; then
+  echo "bench/run.sh: another benchmark run holds target/bench.lock" >&2
+  exit 1
+fi
+export BENCH_LOCKED=1
+rm -f "$RULEOP_APISERVER_STATE/bench-pids"
+
+cleanup() {
+  # Processes the harness started (recorded one pid a line), in case it died without cleaning up.
+  if [[ -f "$RULEOP_APISERVER_STATE/bench-pids" ]]; then
+    while read -r pid; do
+      kill -TERM "$pid" 2>/dev/null || true
+    done <"$RULEOP_APISERVER_STATE/bench-pids"
+  fi
+  "$ctl" stop >/dev/null 2>&1 9>&- || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== building ruleop (release) and the control plane" >&2
+cargo build --release --locked --quiet
+
+# tests/apiserver serves Service ClusterIPs from 10.0.0.0/24: 254 addresses, too few for N=1000
+# Services. The benchmark runs a copy of it, built from the same sources with a /16 range and
+# otherwise identical (rebuilt when tests/apiserver changes; warm Go caches make that quick).
+bench_cp="$PWD/target/bench-apiserver"
+if grep -q 'serviceClusterIPRange = "10.0.0.0/24"' tests/apiserver/apiserver.go; then
+  sum="$(cat tests/apiserver/*.go tests/apiserver/go.mod tests/apiserver/go.sum tests/apiserver/ctl.sh | sha256sum)"
+  if [[ ! -x "$bench_cp/bin/apiserver" || "$(cat "$bench_cp/.source" 2>/dev/null)" != "$sum" ]]; then
+    echo "== building the benchmark's control plane (tests/apiserver with a /16 service range)" >&2
+    rm -rf "$bench_cp"
+    mkdir -p "$bench_cp"
+    cp tests/apiserver/*.go tests/apiserver/go.mod tests/apiserver/go.sum tests/apiserver/ctl.sh "$bench_cp/"
+    sed -i 's#serviceClusterIPRange = "10.0.0.0/24"#serviceClusterIPRange = "10.0.0.0/16"#' "$bench_cp/apiserver.go"
+    grep -q '"10.0.0.0/16"' "$bench_cp/apiserver.go"
+    "$bench_cp/ctl.sh" build
+    echo "$sum" >"$bench_cp/.source"
+  fi
+  export BENCH_CTL="$bench_cp/ctl.sh"
+else
+  [[ -x tests/apiserver/bin/apiserver ]] || "$ctl" build
+  export BENCH_CTL="$PWD/$ctl"
+fi
+ctl="$BENCH_CTL"
+
+if [[ ",${BENCH_CONTENDERS:-floor,ruleop,kopf}," == *,kopf,* ]]; then
+  echo "== kopf venv ($BENCH_VENV)" >&2
+  stamp="$BENCH_VENV/.requirements"
+  if ! cmp -s bench/kopf/requirements.txt "$stamp" 2>/dev/null; then
+    python3 -m venv "$BENCH_VENV"
+    "$BENCH_VENV/bin/pip" install --quiet -r bench/kopf/requirements.txt
+    cp bench/kopf/requirements.txt "$stamp"
+  fi
+fi
+
+if [[ "${BENCH_SKIP_PLAN:-}" != 1 ]]; then
+  echo "== render benchmark (cargo bench --bench plan)" >&2
+  export BENCH_PLAN_LOG="$PWD/target/bench-plan.txt"
+  timeout 900 cargo bench --locked --bench plan 2>&1 | tee "$BENCH_PLAN_LOG" >&2
+fi
+
+echo "== convergence benchmark (BENCH_N=${BENCH_N:-100,1000})" >&2
+# (fd 9, the lock, is not passed on: a leftover process must not hold it)
+timeout --signal=TERM --kill-after=120 "$((BENCH_TIMEOUT_S + 300))" \
+  cargo bench --locked --bench convergence 9>&-
