@@ -1,6 +1,8 @@
 //! The children cache: objects of one child kind carrying a rule's label, grouped by the UID
 //! of their parent, fed by a watch stream. A reconcile reads one parent's children directly
 //! instead of scanning every child of the kind (which made N reconciles cost O(N^2)).
+//! Objects are kept as compact JSON text: a parsed object tree takes several times the memory
+//! of its text, and parsing a few children per reconcile costs microseconds.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -14,8 +16,8 @@ use crate::plan::context::LABEL_PARENT_UID;
 
 #[derive(Debug, Default)]
 struct Children {
-    /// parent UID -> ("namespace/name" -> object)
-    by_parent: HashMap<String, HashMap<String, Arc<DynamicObject>>>,
+    /// parent UID -> ("namespace/name" -> object as JSON text)
+    by_parent: HashMap<String, HashMap<String, Arc<str>>>,
     /// "namespace/name" -> parent UID, to move or drop an object on update and delete.
     parent_of: HashMap<String, String>,
     /// Objects of a relist in progress, swapped in whole when it completes.
@@ -49,8 +51,11 @@ impl Children {
         let Some(parent) = object.labels().get(LABEL_PARENT_UID).cloned() else {
             return;
         };
+        let Ok(text) = serde_json::to_string(&object) else {
+            return;
+        };
         self.parent_of.insert(key.clone(), parent.clone());
-        self.by_parent.entry(parent).or_default().insert(key, Arc::new(object));
+        self.by_parent.entry(parent).or_default().insert(key, Arc::from(text));
     }
 
     fn remove(&mut self, key: &str) {
@@ -88,13 +93,18 @@ impl ChildIndex {
         }
     }
 
-    /// The children of the parent with this UID.
-    pub fn children_of(&self, parent_uid: &str) -> Vec<Arc<DynamicObject>> {
-        self.children
+    /// The children of the parent with this UID, as JSON values.
+    pub fn children_of(&self, parent_uid: &str) -> Vec<serde_json::Value> {
+        let texts: Vec<Arc<str>> = self
+            .children
             .read()
             .ok()
             .and_then(|c| c.by_parent.get(parent_uid).map(|m| m.values().cloned().collect()))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        texts
+            .iter()
+            .filter_map(|text| serde_json::from_str(text).ok())
+            .collect()
     }
 
     /// Becomes true once the first list completed.

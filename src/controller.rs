@@ -284,10 +284,10 @@ async fn reconcile_parent(
         .children
         .iter()
         .flat_map(|(resource, index)| {
-            index
-                .children_of(&uid)
-                .into_iter()
-                .map(move |child| with_type(&child, resource))
+            index.children_of(&uid).into_iter().map(move |mut child| {
+                set_type(&mut child, resource);
+                child
+            })
         })
         .collect();
     let now = now_rfc3339();
@@ -469,11 +469,15 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
 /// LIST carry no type fields, and a child without them would never match its desired self.
 fn with_type(object: &DynamicObject, resource: &kube::discovery::ApiResource) -> Value {
     let mut json = serde_json::to_value(object).unwrap_or_default();
+    set_type(&mut json, resource);
+    json
+}
+
+fn set_type(json: &mut Value, resource: &kube::discovery::ApiResource) {
     if let Some(map) = json.as_object_mut() {
         map.insert("apiVersion".to_owned(), Value::from(resource.api_version.clone()));
         map.insert("kind".to_owned(), Value::from(resource.kind.clone()));
     }
-    json
 }
 
 /// `period` plus up to 10% spread by parent and time, so N parents do not resync in one burst.

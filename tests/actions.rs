@@ -163,7 +163,7 @@ fn a_webhook_failing_twice_is_retried_under_one_key_and_takes_effect_once() {
     });
     let failed = condition("message");
     assert!(
-        failed.contains("on attempt 1: POST") && failed.contains("answered 500"),
+        failed.contains("failed for generation=1") && failed.contains("answered 500"),
         "{failed}"
     );
     assert_eq!(condition("status"), "False");
