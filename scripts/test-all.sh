@@ -26,5 +26,3 @@ export KUBECONFIG
 
 step "cargo test"
 cargo test --locked --lib --bins --tests -- --test-threads=2
-step "cargo test (doc)"
-cargo test --locked --doc
