@@ -60,15 +60,11 @@ fn each_spec_change_runs_the_backup_once_and_a_status_change_does_not() {
         jobs_per_parent(&ns.0).get("orders") == Some(&1)
     });
     for (replicas, expected) in [(2, 2), (3, 3)] {
-        kubectl_ok(&[
-            "patch",
-            "-n",
+        merge_patch(
             &ns.0,
             "database/orders",
-            "--type=merge",
-            "-p",
             &format!(r#"{{"spec":{{"replicas":{replicas}}}}}"#),
-        ]);
+        );
         wait_until(WAIT, "one more backup", || {
             jobs_per_parent(&ns.0).get("orders") == Some(&expected)
         });

@@ -41,15 +41,7 @@ fn database_crd_serves_objects_and_a_status_subresource() {
         "a status change keeps the generation"
     );
 
-    kubectl_ok(&[
-        "patch",
-        "-n",
-        &ns.0,
-        "database/orders",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"replicas":2}}"#,
-    ]);
+    merge_patch(&ns.0, "database/orders", r#"{"spec":{"replicas":2}}"#);
     assert_eq!(
         get(&ns.0, "database/orders", "{.metadata.generation}"),
         "2",

@@ -65,15 +65,7 @@ fn a_replicas_change_updates_the_statefulset_and_observed_generation() {
     let _operator = shipped_operator(&ns);
     apply_yaml(&ns.0, &database("orders", 1, ""));
     wait_until(WAIT, "convergence", || converged(&ns.0, "orders"));
-    kubectl_ok(&[
-        "patch",
-        "-n",
-        &ns.0,
-        "database/orders",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"replicas":3}}"#,
-    ]);
+    merge_patch(&ns.0, "database/orders", r#"{"spec":{"replicas":3}}"#);
     wait_until(WAIT, "3 replicas", || {
         get(&ns.0, "statefulset/orders", "{.spec.replicas}") == "3"
     });
@@ -130,15 +122,7 @@ fn a_child_whose_when_turns_false_is_pruned_and_deleting_the_parent_removes_all(
     let _operator = shipped_operator(&ns);
     apply_yaml(&ns.0, &database("orders", 1, ""));
     wait_until(WAIT, "the StatefulSet", || exists(&ns.0, "statefulset/orders"));
-    kubectl_ok(&[
-        "patch",
-        "-n",
-        &ns.0,
-        "database/orders",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"replicas":0}}"#,
-    ]);
+    merge_patch(&ns.0, "database/orders", r#"{"spec":{"replicas":0}}"#);
     wait_until(WAIT, "the StatefulSet to be pruned", || {
         !exists(&ns.0, "statefulset/orders")
     });
@@ -228,15 +212,7 @@ fn an_immutable_change_is_reported_and_not_retried_hot() {
     wait_until(WAIT, "convergence", || {
         converged(&ns.0, "orders") && exists(&ns.0, "statefulset/orders")
     });
-    kubectl_ok(&[
-        "patch",
-        "-n",
-        &ns.0,
-        "database/orders",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"storage":{"size":"2Gi"}}}"#,
-    ]);
+    merge_patch(&ns.0, "database/orders", r#"{"spec":{"storage":{"size":"2Gi"}}}"#);
     wait_until(WAIT, "Ready=False ImmutableFieldChanged", || {
         ready(&ns.0, "orders", "reason") == "ImmutableFieldChanged"
     });
@@ -272,15 +248,7 @@ fn on_immutable_change_recreate_replaces_the_child() {
         converged(&ns.0, "orders") && exists(&ns.0, "statefulset/orders")
     });
     let old_uid = get(&ns.0, "statefulset/orders", "{.metadata.uid}");
-    kubectl_ok(&[
-        "patch",
-        "-n",
-        &ns.0,
-        "database/orders",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"storage":{"size":"2Gi"}}}"#,
-    ]);
+    merge_patch(&ns.0, "database/orders", r#"{"spec":{"storage":{"size":"2Gi"}}}"#);
     wait_until(WAIT, "the StatefulSet to be recreated with 2Gi", || {
         let uid = get(&ns.0, "statefulset/orders", "{.metadata.uid}");
         !uid.is_empty()

@@ -124,6 +124,11 @@ pub fn apply_yaml(namespace: &str, yaml: &str) {
     );
 }
 
+/// `kubectl patch --type=merge` of one object.
+pub fn merge_patch(namespace: &str, what: &str, patch: &str) {
+    kubectl_ok(&["patch", "-n", namespace, what, "--type=merge", "-p", patch]);
+}
+
 /// A JSONPath read of an object; empty if it does not exist.
 pub fn get(namespace: &str, what: &str, jsonpath: &str) -> String {
     let out = kubectl(&["get", "-n", namespace, what, "-o", &format!("jsonpath={jsonpath}")]);
