@@ -72,16 +72,7 @@ fn each_spec_change_runs_the_backup_once_and_a_status_change_does_not() {
     wait_until(WAIT, "the record", || {
         get(&ns.0, "database/orders", "{.status.actions.backup.guardValue}") == "generation=3"
     });
-    kubectl_ok(&[
-        "patch",
-        "-n",
-        &ns.0,
-        "database/orders",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"endpoint":"changed"}}"#,
-    ]);
+    merge_patch_status(&ns.0, "database/orders", r#"{"status":{"endpoint":"changed"}}"#);
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
         jobs_per_parent(&ns.0).get("orders"),

@@ -24,16 +24,7 @@ fn database_crd_serves_objects_and_a_status_subresource() {
     assert_eq!(get(&ns.0, "database/orders", "{.spec.version}"), "16");
     assert_eq!(get(&ns.0, "database/orders", "{.metadata.generation}"), "1");
 
-    kubectl_ok(&[
-        "patch",
-        "-n",
-        &ns.0,
-        "database/orders",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"endpoint":"x"}}"#,
-    ]);
+    merge_patch_status(&ns.0, "database/orders", r#"{"status":{"endpoint":"x"}}"#);
     assert_eq!(get(&ns.0, "database/orders", "{.status.endpoint}"), "x");
     assert_eq!(
         get(&ns.0, "database/orders", "{.metadata.generation}"),

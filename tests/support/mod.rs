@@ -129,6 +129,20 @@ pub fn merge_patch(namespace: &str, what: &str, patch: &str) {
     kubectl_ok(&["patch", "-n", namespace, what, "--type=merge", "-p", patch]);
 }
 
+/// `kubectl patch --subresource=status --type=merge` of one object.
+pub fn merge_patch_status(namespace: &str, what: &str, patch: &str) {
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        namespace,
+        what,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        patch,
+    ]);
+}
+
 /// A JSONPath read of an object; empty if it does not exist.
 pub fn get(namespace: &str, what: &str, jsonpath: &str) -> String {
     let out = kubectl(&["get", "-n", namespace, what, "-o", &format!("jsonpath={jsonpath}")]);
