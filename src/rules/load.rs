@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::model::{ActionSpec, FieldSource, Located, RULE_API_VERSION, RULE_KIND, RuleDocument};
+use super::model::{
+    ActionSpec, ChildSpec, FieldSource, Located, LookupSpec, RULE_API_VERSION, RULE_KIND, RuleDocument,
+};
 use super::{Rule, RuleSet, duration, inline_template_name};
 use crate::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
 use crate::template::{CompileError, Renderer};
@@ -252,7 +254,12 @@ impl RuleChecker<'_> {
             if let Some(when) = &child.when {
                 self.check_expression(when, &format!("spec.children[{i}].when"));
             }
+            self.check_collection(&name, i, child);
         }
+        for problem in crate::plan::order::graph_problems(&spec.children) {
+            self.report(self.at(problem.at), problem.message, Some(&problem.hint));
+        }
+        self.check_lookups(&name, &spec.lookups);
         let mut action_ids = BTreeMap::new();
         for action in &spec.actions {
             self.check_id(&action.id, "action", &mut action_ids);
@@ -381,6 +388,83 @@ impl RuleChecker<'_> {
             .add_text_template(inline_template_name(rule, field_path), text.to_owned())
         {
             self.report(at, format!("{field_path}: template syntax error: {}", e.message), None);
+        }
+    }
+
+    /// `forEach`, `key`, `maxItems` and `readyWhen` of one child. Whether a `forEach` needs a
+    /// `key` depends on its items (strings do not), which only rendering knows.
+    fn check_collection(&mut self, rule: &str, i: usize, child: &ChildSpec) {
+        let id = &child.id.value;
+        if let Some(for_each) = &child.for_each {
+            self.check_expression(for_each, &format!("spec.children[{i}].forEach"));
+        } else {
+            if let Some(key) = &child.key {
+                self.report(
+                    self.at(key),
+                    format!("child {id:?}: key is set but forEach is not"),
+                    Some("key names the items of a forEach; remove it or add forEach"),
+                );
+            }
+            if child.max_items.is_some() {
+                self.report(
+                    self.at(&child.id),
+                    format!("child {id:?}: maxItems is set but forEach is not"),
+                    None,
+                );
+            }
+        }
+        if let Some(key) = &child.key {
+            self.compile_inline(rule, &format!("children.{id}.key"), &key.value, self.at(key));
+        }
+        if child.max_items == Some(0) {
+            self.report(
+                self.at(&child.id),
+                format!("child {id:?}: maxItems must be at least 1"),
+                None,
+            );
+        }
+        if let Some(ready_when) = &child.ready_when {
+            self.check_expression(ready_when, &format!("spec.children[{i}].readyWhen"));
+        }
+    }
+
+    /// Ids, kinds and the name and namespace templates of the lookups.
+    fn check_lookups(&mut self, rule: &str, lookups: &[LookupSpec]) {
+        let mut ids = BTreeMap::new();
+        for lookup in lookups {
+            let id = &lookup.id.value;
+            self.check_id(&lookup.id, "lookup", &mut ids);
+            if !lookup.api_version.contains('/') && lookup.api_version != "v1" {
+                self.report(
+                    self.at(&lookup.id),
+                    format!(
+                        "lookup {id:?}: apiVersion {:?} must be group/version or v1",
+                        lookup.api_version
+                    ),
+                    None,
+                );
+            }
+            if lookup.kind.is_empty() {
+                self.report(
+                    self.at(&lookup.id),
+                    format!("lookup {id:?}: kind must not be empty"),
+                    None,
+                );
+            }
+            self.compile_inline(
+                rule,
+                &format!("lookups.{id}.name"),
+                &lookup.name.value,
+                self.at(&lookup.name),
+            );
+            if let Some(namespace) = &lookup.namespace {
+                self.compile_inline(
+                    rule,
+                    &format!("lookups.{id}.namespace"),
+                    &namespace.value,
+                    self.at(namespace),
+                );
+            }
         }
     }
 
