@@ -233,17 +233,20 @@ impl RuleChecker<'_> {
         if spec.watch.kind.is_empty() {
             self.report(name_at.clone(), "spec.watch.kind must not be empty", None);
         }
-        let resync = spec.resync.as_ref().and_then(|r| match duration::parse(&r.value) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                self.report(
-                    self.at(r),
-                    format!("spec.resync: {e}"),
-                    Some("write e.g. 30s, 10m or 1h"),
-                );
-                None
-            }
-        });
+        let resync =
+            spec.resync
+                .as_ref()
+                .and_then(|r| match duration::parse_at_least(&r.value, duration::MIN_RESYNC) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        self.report(
+                            self.at(r),
+                            format!("spec.resync: {e}"),
+                            Some("write e.g. 30s, 10m or 1h (at least 1s)"),
+                        );
+                        None
+                    }
+                });
         if spec.max_concurrent_reconciles == Some(0) {
             self.report(name_at.clone(), "spec.maxConcurrentReconciles must be at least 1", None);
         }
@@ -499,7 +502,7 @@ impl RuleChecker<'_> {
                     self.compile_inline(rule, &format!("actions.{id}.http.headers.{header}"), value, at.clone());
                 }
                 if let Some(timeout) = &http.timeout
-                    && let Err(e) = duration::parse(timeout)
+                    && let Err(e) = duration::parse_at_least(timeout, std::time::Duration::from_millis(1))
                 {
                     self.report(at.clone(), format!("action {id:?}: http.timeout: {e}"), None);
                 }
