@@ -7,10 +7,9 @@
 //! [`EXPRESSION_FAILED`] and a message pointing at the rule file's line, and a field that fails
 //! keeps its current value. Both are listed as problems for `ruleop render` and the log.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Map, Value, json};
 
+use super::observed::Observed;
 use super::status::{ConditionStatus, WantedCondition};
 use crate::rules::Rule;
 use crate::rules::model::{ConditionSpec, FieldSource, Located};
@@ -35,7 +34,7 @@ pub struct EvaluatedStatus {
 pub fn evaluate(
     renderer: &Renderer,
     rule: &Rule,
-    children: &BTreeMap<String, &Value>,
+    children: &Observed<'_>,
     context: &minijinja::Value,
 ) -> EvaluatedStatus {
     let mut evaluated = EvaluatedStatus::default();
@@ -54,8 +53,8 @@ pub fn evaluate(
                 }
             },
             FieldSource::FromChild(from) => children
-                .get(&from.child)
-                .and_then(|child| first_match(child, &from.json_path))
+                .value(&from.child)
+                .and_then(|child| first_match(&child, &from.json_path))
                 .unwrap_or(Value::Null),
         };
         evaluated.fields.insert(field.clone(), value);
