@@ -12,12 +12,13 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{DynamicResourceScope, ObjectMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 use serde::{Deserialize, Deserializer};
 use tracing::warn;
 
@@ -48,14 +49,36 @@ impl Tolerant {
         match serde_json::from_str::<DynamicObject>(text) {
             Ok(object) => Tolerant::Object(object),
             Err(e) => {
-                /// Everything but `metadata` is skipped, which serde_json does without recursing.
+                /// What identifies the object. Everything else is skipped, which serde_json does
+                /// without recursing: `managedFields` mirrors the nesting of the fields it covers.
+                #[derive(Deserialize)]
+                #[serde(rename_all = "camelCase")]
+                struct Meta {
+                    name: Option<String>,
+                    namespace: Option<String>,
+                    uid: Option<String>,
+                    resource_version: Option<String>,
+                    generation: Option<i64>,
+                    labels: Option<std::collections::BTreeMap<String, String>>,
+                    owner_references: Option<Vec<OwnerReference>>,
+                }
                 #[derive(Deserialize)]
                 struct Head {
-                    #[serde(default)]
-                    metadata: ObjectMeta,
+                    metadata: Option<Meta>,
                 }
                 let metadata = serde_json::from_str::<Head>(text)
-                    .map(|head| head.metadata)
+                    .ok()
+                    .and_then(|head| head.metadata)
+                    .map(|m| ObjectMeta {
+                        name: m.name,
+                        namespace: m.namespace,
+                        uid: m.uid,
+                        resource_version: m.resource_version,
+                        generation: m.generation,
+                        labels: m.labels,
+                        owner_references: m.owner_references,
+                        ..ObjectMeta::default()
+                    })
                     .unwrap_or_default();
                 Tolerant::Undecodable {
                     metadata,
@@ -252,14 +275,10 @@ fn spawn_probe(api: Api<Tolerant>, token: std::sync::Weak<WatchToken>) {
     });
 }
 
-/// The name of an object for messages: `namespace/name`.
-pub fn display_name(object: &DynamicObject) -> String {
-    format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
 
     fn nested(depth: usize) -> String {
         let mut value = "1".to_owned();
@@ -273,7 +292,8 @@ mod tests {
     fn one_deeply_nested_item_does_not_fail_the_list() {
         let good = r#"{"apiVersion":"myorg.io/v1","kind":"Blob","metadata":{"name":"good","uid":"u1","resourceVersion":"5"},"spec":{"x":1}}"#;
         let bad = format!(
-            r#"{{"apiVersion":"myorg.io/v1","kind":"Blob","metadata":{{"name":"deep","namespace":"ns","uid":"u2"}},"spec":{}}}"#,
+            r#"{{"apiVersion":"myorg.io/v1","kind":"Blob","metadata":{{"name":"deep","namespace":"ns","uid":"u2","managedFields":[{{"manager":"kubectl","fieldsV1":{}}}]}},"spec":{}}}"#,
+            nested(300),
             nested(300)
         );
         let list = format!(
