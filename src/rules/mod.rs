@@ -38,6 +38,20 @@ impl Rule {
         self.spec.children.iter().find(|c| c.id.value == id)
     }
 
+    /// The `(apiVersion, kind)` of every kind the rule looks up (read-only, watched without a
+    /// label selector).
+    pub fn lookup_kinds(&self) -> Vec<(String, String)> {
+        let mut kinds: Vec<_> = self
+            .spec
+            .lookups
+            .iter()
+            .map(|l| (l.api_version.clone(), l.kind.clone()))
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+
     /// The `(apiVersion, kind)` of every object kind the rule creates: children and created actions.
     pub fn owned_kinds(&self) -> Vec<(String, String)> {
         let children = self
