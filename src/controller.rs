@@ -21,9 +21,10 @@ use tracing::{debug, info, warn};
 
 use crate::admin::AdminState;
 use crate::apply::children::{ChildOutcome, apply_child, delete};
-use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, actions, events};
+use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, actions, api_error, events};
 use crate::child_index::ChildIndex;
 use crate::clock::now_rfc3339;
+use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::kinds::{Kinds, ServedKind};
 use crate::plan::children::ObjectRef;
 use crate::plan::context::LABEL_RULE;
@@ -344,6 +345,9 @@ async fn reconcile_parent(
             return Err(e.into());
         }
     };
+    for problem in &plan.status_problems {
+        warn!(parent = %handle.name, problem = %bounded(problem, MESSAGE_LIMIT), "status expression failed");
+    }
     let retry = plan.next_retry();
     match apply_plan(&cluster, &handle, rule, plan, parent_json.clone(), &observed, &now).await {
         Ok(actions_ran) => {
@@ -469,14 +473,15 @@ async fn report_failure(
     message: &str,
     now: &str,
 ) {
-    warn!(parent = %handle.name, reason, message, "reconcile failed");
-    let Some(patch) = plan::failure_status_patch(parent, reason, message, now) else {
+    let message = bounded(message, MESSAGE_LIMIT);
+    warn!(parent = %handle.name, reason, message = %message, "reconcile failed");
+    let Some(patch) = plan::failure_status_patch(parent, reason, &message, now) else {
         return;
     };
     if let Err(e) = cluster.patch_status(handle, &patch).await {
-        warn!(parent = %handle.name, error = %e, "writing the failure status failed");
+        warn!(parent = %handle.name, error = %api_error::describe(&e), "writing the failure status failed");
     }
-    events::publish(cluster, handle, None, EventType::Warning, reason, message.to_owned());
+    events::publish(cluster, handle, None, EventType::Warning, reason, message.into_owned());
 }
 
 fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<RuleContext>) -> Action {
