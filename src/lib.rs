@@ -18,6 +18,7 @@ pub mod clock;
 pub mod controller;
 pub mod diagnostic;
 pub mod kinds;
+pub mod lookup_index;
 pub mod metrics;
 pub mod offline;
 pub mod plan;
