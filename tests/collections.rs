@@ -6,30 +6,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::custom::CustomKind;
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-const APP_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: apps.test.ruleop.io}
-spec:
-  group: test.ruleop.io
-  scope: Namespaced
-  names: {kind: App, plural: apps, singular: app, listKind: AppList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      subresources: {status: {}}
-      schema:
-        openAPIV3Schema:
-          type: object
-          properties:
-            spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
-            status: {type: object, x-kubernetes-preserve-unknown-fields: true}
-"#;
 
 const SERVICE_PER_PORT: &str = r#"
 apiVersion: v1
@@ -43,59 +23,65 @@ spec:
       port: {{ item.port }}
 "#;
 
-/// Starts ruleop on `rule` (the spec of a Rule named `app` watching App) and `templates`.
-fn operator(
-    ns: &Namespace,
-    rule_spec: &str,
-    templates: &[(&str, &str)],
-) -> (Operator, tempfile::TempDir, tempfile::TempDir) {
-    install_crd("apps.test.ruleop.io", APP_CRD);
-    let rule = format!(
-        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: app}}\nspec:\n  watch: {{apiVersion: test.ruleop.io/v1, kind: App}}\n{rule_spec}"
-    );
-    let (rules, templates) = rule_dirs(&[("app.yaml", &rule)], templates);
-    let operator = Operator::start(rules.path(), templates.path(), &ns.0);
-    (operator, rules, templates)
+/// One test's App kind, its rule (`rule_spec`: the rest of the spec of rule `app`) and ruleop.
+struct Setup {
+    kind: CustomKind,
+    operator: Operator,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
-fn app(name: &str, spec: &str) -> String {
-    format!("apiVersion: test.ruleop.io/v1\nkind: App\nmetadata: {{name: {name}}}\nspec: {spec}\n")
-}
+impl Setup {
+    fn start(ns: &Namespace, test: &str, rule_spec: &str, templates: &[(&str, &str)]) -> Self {
+        let kind = CustomKind::new(test, "App");
+        kind.install();
+        let dirs = kind.rule_files("app", rule_spec, templates);
+        let operator = Operator::start(dirs.0.path(), dirs.1.path(), &ns.0);
+        Setup {
+            kind,
+            operator,
+            _dirs: dirs,
+        }
+    }
 
-fn ready(ns: &str, app: &str, field: &str) -> String {
-    get(
-        ns,
-        &format!("app/{app}"),
-        &format!("{{.status.conditions[?(@.type==\"Ready\")].{field}}}"),
-    )
-}
+    /// `<resource>/<name>` of an App, for kubectl.
+    fn app(&self, name: &str) -> String {
+        format!("{}/{name}", self.kind.resource())
+    }
 
-fn observed_generation_is_current(ns: &str, app: &str) -> bool {
-    let generation = get(ns, &format!("app/{app}"), "{.metadata.generation}");
-    !generation.is_empty() && get(ns, &format!("app/{app}"), "{.status.observedGeneration}") == generation
+    fn ready(&self, ns: &str, name: &str, field: &str) -> String {
+        get(
+            ns,
+            &self.app(name),
+            &format!("{{.status.conditions[?(@.type==\"Ready\")].{field}}}"),
+        )
+    }
+
+    fn observed_generation_is_current(&self, ns: &str, name: &str) -> bool {
+        let generation = get(ns, &self.app(name), "{.metadata.generation}");
+        !generation.is_empty() && get(ns, &self.app(name), "{.status.observedGeneration}") == generation
+    }
 }
 
 #[test]
 fn for_each_prunes_exactly_the_removed_item_and_a_reorder_writes_nothing() {
     let ns = Namespace::new("coll-foreach");
     let rule = "  children:\n    - id: port\n      apiVersion: v1\n      kind: Service\n      template: app/service.yaml.j2\n      forEach: spec.ports\n      key: \"{{ item.name }}\"\n";
-    let (operator, _rules, _templates) = operator(&ns, rule, &[("app/service.yaml.j2", SERVICE_PER_PORT)]);
+    let setup = Setup::start(&ns, "coll-foreach", rule, &[("app/service.yaml.j2", SERVICE_PER_PORT)]);
     let ports = |names: &[(&str, u16)]| {
         let items: Vec<String> = names
             .iter()
             .map(|(name, port)| format!("{{\"name\":\"{name}\",\"port\":{port}}}"))
             .collect();
-        format!("{{\"spec\":{{\"ports\":[{}]}}}}", items.join(","))
+        format!("{{\"ports\":[{}]}}", items.join(","))
     };
     apply_yaml(
         &ns.0,
-        &app(
-            "web",
-            "{ports: [{name: http, port: 80}, {name: https, port: 443}, {name: metrics, port: 9090}]}",
-        ),
+        &setup
+            .kind
+            .object("web", &ports(&[("http", 80), ("https", 443), ("metrics", 9090)])),
     );
     wait_until(WAIT, "three Services and Ready", || {
-        ready(&ns.0, "web", "status") == "True"
+        setup.ready(&ns.0, "web", "status") == "True"
     });
     let uid = |name: &str| get(&ns.0, &format!("service/{name}"), "{.metadata.uid}");
     let uids: Vec<String> = ["web-http", "web-https", "web-metrics"]
@@ -107,34 +93,46 @@ fn for_each_prunes_exactly_the_removed_item_and_a_reorder_writes_nothing() {
         get(&ns.0, "service/web-https", "{.metadata.labels.ruleop\\.io/item}"),
         "https"
     );
-    assert_eq!(ready(&ns.0, "web", "message"), "every child is ready (3 objects)");
+    assert_eq!(setup.ready(&ns.0, "web", "message"), "every child is ready (3 objects)");
 
     // Only this test writes Services in this binary, so the cluster-wide counter is ours.
     let writes = apiserver_writes(&["services"]);
-    let ours = operator.metric("ruleop_api_writes_total", &[("kind", "Service")]);
+    let ours = setup.operator.metric("ruleop_api_writes_total", &[("kind", "Service")]);
+    let spec = |ports: String| format!("{{\"spec\":{ports}}}");
     merge_patch(
         &ns.0,
-        "app/web",
-        &ports(&[("metrics", 9090), ("https", 443), ("http", 80)]),
+        &setup.app("web"),
+        &spec(ports(&[("metrics", 9090), ("https", 443), ("http", 80)])),
     );
     wait_until(WAIT, "the reordered spec to be reconciled", || {
-        observed_generation_is_current(&ns.0, "web")
+        setup.observed_generation_is_current(&ns.0, "web")
     });
     assert_eq!(apiserver_writes(&["services"]), writes, "a reorder writes no Service");
-    assert_eq!(operator.metric("ruleop_api_writes_total", &[("kind", "Service")]), ours);
+    assert_eq!(
+        setup.operator.metric("ruleop_api_writes_total", &[("kind", "Service")]),
+        ours
+    );
 
-    let deletes = operator.metric("ruleop_api_writes_total", &[("verb", "DELETE"), ("kind", "Service")]);
-    merge_patch(&ns.0, "app/web", &ports(&[("metrics", 9090), ("http", 80)]));
+    let deletes = setup
+        .operator
+        .metric("ruleop_api_writes_total", &[("verb", "DELETE"), ("kind", "Service")]);
+    merge_patch(
+        &ns.0,
+        &setup.app("web"),
+        &spec(ports(&[("metrics", 9090), ("http", 80)])),
+    );
     wait_until(WAIT, "the https Service to be pruned", || {
         !exists(&ns.0, "service/web-https")
     });
     wait_until(WAIT, "the spec to be reconciled", || {
-        observed_generation_is_current(&ns.0, "web")
+        setup.observed_generation_is_current(&ns.0, "web")
     });
     assert_eq!(uid("web-http"), uids[0], "web-http untouched");
     assert_eq!(uid("web-metrics"), uids[2], "web-metrics untouched");
     assert_eq!(
-        operator.metric("ruleop_api_writes_total", &[("verb", "DELETE"), ("kind", "Service")]),
+        setup
+            .operator
+            .metric("ruleop_api_writes_total", &[("verb", "DELETE"), ("kind", "Service")]),
         deletes + 1,
         "exactly one Service deleted"
     );
@@ -159,16 +157,19 @@ fn depends_on_holds_a_child_back_until_its_dependency_is_ready_and_never_prunes_
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-config\ndata:\n  greeting: hello\n";
     // A Secret, not a Service: the reorder test counts the API server's Service writes.
     let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{ metadata.name }}\nstringData:\n  token: t\n";
-    let (_operator, _rules, _templates) = operator(
+    let setup = Setup::start(
         &ns,
+        "coll-depends",
         rule,
         &[("app/config.yaml.j2", config), ("app/secret.yaml.j2", secret)],
     );
-    apply_yaml(&ns.0, &app("web", "{}"));
+    apply_yaml(&ns.0, &setup.kind.object("web", "{}"));
     // The default Ready names the first child in rule order that is not ready: the config.
     let config_not_ready = || {
-        ready(&ns.0, "web", "reason") == "ChildNotReady"
-            && ready(&ns.0, "web", "message").contains("child \"config\" is not ready: readyWhen is false")
+        setup.ready(&ns.0, "web", "reason") == "ChildNotReady"
+            && setup
+                .ready(&ns.0, "web", "message")
+                .contains("child \"config\" is not ready: readyWhen is false")
     };
     wait_until(WAIT, "Ready=False on the existing, unready config", config_not_ready);
     assert!(exists(&ns.0, "configmap/web-config"));
@@ -178,7 +179,7 @@ fn depends_on_holds_a_child_back_until_its_dependency_is_ready_and_never_prunes_
     wait_until(WAIT, "the Secret once the config is ready", || {
         exists(&ns.0, "secret/web")
     });
-    wait_until(WAIT, "Ready=True", || ready(&ns.0, "web", "status") == "True");
+    wait_until(WAIT, "Ready=True", || setup.ready(&ns.0, "web", "status") == "True");
 
     merge_patch(&ns.0, "configmap/web-config", r#"{"data":{"ready":"no"}}"#);
     wait_until(WAIT, "Ready=False on the unready config again", config_not_ready);
@@ -203,7 +204,7 @@ fn editing_a_looked_up_configmap_updates_exactly_the_parents_that_read_it() {
       template: app/settings.yaml.j2
 "#;
     let settings = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-settings\ndata:\n  color: {{ lookups.defaults | dig(\"data.color\", \"none\") }}\n";
-    let (operator, _rules, _templates) = operator(&ns, rule, &[("app/settings.yaml.j2", settings)]);
+    let setup = Setup::start(&ns, "coll-lookup", rule, &[("app/settings.yaml.j2", settings)]);
     let color = |app: &str| get(&ns.0, &format!("configmap/{app}-settings"), "{.data.color}");
     // One request for every settings ConfigMap, so the latency measured is mostly ruleop's.
     let all_colors = || {
@@ -215,9 +216,9 @@ fn editing_a_looked_up_configmap_updates_exactly_the_parents_that_read_it() {
     };
     let readers = ["a1", "a2", "a3"];
     for name in readers {
-        apply_yaml(&ns.0, &app(name, "{}"));
+        apply_yaml(&ns.0, &setup.kind.object(name, "{}"));
     }
-    apply_yaml(&ns.0, &app("other", "{defaults: other-defaults}"));
+    apply_yaml(&ns.0, &setup.kind.object("other", r#"{"defaults":"other-defaults"}"#));
     wait_until(WAIT, "settings while the lookups are absent", || {
         readers.iter().chain(["other"].iter()).all(|a| color(a) == "none")
     });
@@ -238,7 +239,8 @@ fn editing_a_looked_up_configmap_updates_exactly_the_parents_that_read_it() {
     });
 
     let reconciles_of = |app: &str| {
-        operator
+        setup
+            .operator
             .log_text()
             .lines()
             .filter(|l| l.contains(" reconciled ") && l.contains(&format!("parent={app} ")))

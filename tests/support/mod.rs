@@ -169,43 +169,6 @@ pub fn install_crds() {
     });
 }
 
-/// Applies a CRD written by a test (idempotent) and waits until it is served.
-pub fn install_crd(name: &str, yaml: &str) {
-    // Concurrent applies of one CRD conflict: one test installs it, the others wait.
-    static INSTALLED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-    if installed.iter().any(|n| n == name) {
-        return;
-    }
-    let out = kubectl_with_stdin(&["apply", "-f", "-"], Some(yaml));
-    assert!(
-        out.status.success(),
-        "applying CRD {name} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        &format!("crd/{name}"),
-        "--timeout=60s",
-    ]);
-    installed.push(name.to_owned());
-}
-
-/// A rules directory and a templates directory written by a test: `(path, text)` pairs each.
-pub fn rule_dirs(rules: &[(&str, &str)], templates: &[(&str, &str)]) -> (tempfile::TempDir, tempfile::TempDir) {
-    let write = |files: &[(&str, &str)]| {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for (path, text) in files {
-            let path = dir.path().join(path);
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-            std::fs::write(path, text).expect("write");
-        }
-        dir
-    };
-    (write(rules), write(templates))
-}
-
 /// Polls `check` every 100 ms until it is true, panicking after `timeout`.
 pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
