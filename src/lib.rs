@@ -20,6 +20,7 @@ pub mod diagnostic;
 pub mod fuzzing;
 pub mod health;
 pub mod kinds;
+pub mod lookup_index;
 pub mod metrics;
 pub mod offline;
 pub mod plan;

@@ -358,6 +358,23 @@ pub fn apiserver_writes(resources: &[&str]) -> u64 {
         .sum()
 }
 
+/// A kubeconfig that authenticates as ServiceAccount `namespace/name` (a token from
+/// `kubectl create token`) to the test control plane; the file lives as long as the TempDir.
+pub fn service_account_kubeconfig(namespace: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let token = kubectl_ok(&["create", "token", name, "-n", namespace, "--duration=1h"]);
+    let field = |path: &str| kubectl_ok(&["config", "view", "--raw", "--minify", "-o", &format!("jsonpath={path}")]);
+    let server = field("{.clusters[0].cluster.server}");
+    let ca = field("{.clusters[0].cluster.certificate-authority-data}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {}\ncontexts:\n- name: test\n  context: {{cluster: test, user: {name}, namespace: {namespace}}}\ncurrent-context: test\n",
+        token.trim()
+    );
+    std::fs::write(&path, text).expect("write kubeconfig");
+    (dir, path)
+}
+
 /// A rules directory: the shipped rules with `edit` applied to each file's text.
 pub fn rules_dir(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
