@@ -17,6 +17,21 @@ fn with_edit(files: &[(String, String)], path: &str, edit: impl Fn(&str) -> Stri
         .collect()
 }
 
+/// The shipped rules without the Cache rule. Only `a_rule_for_a_new_kind_starts_and_stops_at_runtime`
+/// watches Caches in this test binary, so the API server's count of namespaced Cache watches is
+/// its own.
+fn database_rules() -> Vec<(String, String)> {
+    files_under(&root().join("rules"))
+        .into_iter()
+        .filter(|(path, _)| path != "cache.yaml")
+        .collect()
+}
+
+/// Open namespaced watches on Caches, from the API server's own gauge.
+fn cache_watches() -> u64 {
+    apiserver_watches("caches", "namespace")
+}
+
 fn status(ns: &str, key: &str) -> String {
     get(ns, "configmap/ruleop-status", &format!("{{.data.{key}}}"))
 }
@@ -29,7 +44,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn an_edited_template_reaches_every_parent_through_an_atomic_swap() {
     install_crds();
     let ns = Namespace::new("reload-swap");
-    let rules = Mount::from_dir(&root().join("rules"));
+    let rules = Mount::new(&database_rules());
     let template_files = files_under(&templates());
     let mut templates_mount = Mount::new(&template_files);
     let _operator = Operator::start_with(rules.path(), templates_mount.path(), &ns.0, RELOAD_FLAGS);
@@ -78,7 +93,7 @@ fn an_edited_template_reaches_every_parent_through_an_atomic_swap() {
 fn an_invalid_edit_keeps_the_last_good_rules_and_a_later_valid_edit_is_taken() {
     install_crds();
     let ns = Namespace::new("reload-bad");
-    let rule_files = files_under(&root().join("rules"));
+    let rule_files = database_rules();
     let template_files = files_under(&templates());
     let mut rules = Mount::new(&rule_files);
     let mut templates_mount = Mount::new(&template_files);
@@ -146,7 +161,7 @@ fn a_rule_for_a_new_kind_starts_and_stops_at_runtime() {
     install_crds();
     let ns = Namespace::new("reload-kind");
     let all_rules = files_under(&root().join("rules"));
-    let database_only: Vec<_> = all_rules.iter().filter(|(p, _)| p != "cache.yaml").cloned().collect();
+    let database_only = database_rules();
     let mut rules = Mount::new(&database_only);
     let templates_mount = Mount::new(&files_under(&templates()));
     let operator = Operator::start_with(rules.path(), templates_mount.path(), &ns.0, RELOAD_FLAGS);
@@ -155,8 +170,7 @@ fn a_rule_for_a_new_kind_starts_and_stops_at_runtime() {
     };
 
     apply_yaml(&ns.0, &cache("before"));
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(!exists(&ns.0, "deployment/before-cache"), "no rule watches Cache yet");
+    assert_eq!(cache_watches(), 0, "no rule watches Cache yet");
 
     rules.swap(&all_rules);
     wait_until(
@@ -164,13 +178,19 @@ fn a_rule_for_a_new_kind_starts_and_stops_at_runtime() {
         "the Cache rule to reconcile the existing Cache",
         || exists(&ns.0, "deployment/before-cache"),
     );
+    assert!(cache_watches() >= 1, "the Cache rule watches Caches");
 
+    // A stopped controller must close its watch: a removed rule's reconciles do nothing anyway
+    // (the rule is gone from the set), so only the API server can tell whether it stopped.
     rules.swap(&database_only);
     wait_until(Duration::from_secs(10), "the Cache controller to stop", || {
         operator.log_text().contains("controller stopped rule=cache")
     });
+    wait_until(Duration::from_secs(10), "the Cache watch to be closed", || {
+        cache_watches() == 0
+    });
     apply_yaml(&ns.0, &cache("after"));
-    std::thread::sleep(Duration::from_secs(2));
+    operator.reconciled_after("database", || apply_yaml(&ns.0, &database("touch", 1, "")));
     assert!(
         !exists(&ns.0, "deployment/after-cache"),
         "the removed rule no longer reconciles"
