@@ -2,7 +2,7 @@
 //!
 //! Watched kinds: get/list/watch, and patch on their status. Child kinds: get/list/watch (the
 //! caches), create/patch (server-side apply) and delete (prune). Kinds created by actions:
-//! create. Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
+//! create. Looked-up kinds: get/list/watch (read only). Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
 //! CRD files for custom kinds, so the role is computed offline.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,6 +68,9 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
                 "",
                 &["get", "list", "watch", "create", "patch", "delete"],
             )?;
+        }
+        for lookup in &rule.spec.lookups {
+            grant(&lookup.api_version, &lookup.kind, "", &["get", "list", "watch"])?;
         }
         for create in rule.spec.actions.iter().filter_map(|a| a.create.as_ref()) {
             grant(&create.api_version, &create.kind, "", &["create"])?;

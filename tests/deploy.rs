@@ -184,7 +184,7 @@ fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
 
     let ns = Namespace::new("deploy-sa");
     // What the Deployment mounts: deploy/config (checked equal to rules/ and templates/ above).
-    let operator = Operator::start_as(
+    let operator = Operator::start_on(
         &kubeconfig,
         &root().join("deploy/config/rules"),
         &root().join("deploy/config/templates"),

@@ -1,5 +1,6 @@
 //! An API server outage mid-convergence: ruleop reconnects by itself, loses nothing and
-//! duplicates nothing, and reports not-ready while the API server is gone.
+//! duplicates nothing, and reports not-ready (`/readyz` 503) while the API server is gone and
+//! ready again once its watches are back.
 //!
 //! This binary owns a restartable control plane (`--data-dir`: the same port, CA, tokens and etcd
 //! data after the restart), so stopping it disturbs no other test.
@@ -67,27 +68,40 @@ fn an_api_server_outage_mid_convergence_is_survived_with_one_backup_per_parent()
 
     let outage_start = t0.elapsed();
     let stop_took = plane.stop();
-    std::thread::sleep(OUTAGE.saturating_sub(stop_took));
+    let not_ready_after = wait_until(Duration::from_secs(15), "/readyz to fail during the outage", || {
+        operator.get_status("/readyz").is_some_and(|(code, _)| code == 503)
+    });
+    std::thread::sleep(OUTAGE.saturating_sub(stop_took + not_ready_after));
+    let readyz_at_end = operator.get_status("/readyz");
+    assert!(
+        readyz_at_end.as_ref().is_some_and(|(code, _)| *code == 503),
+        "/readyz fails for the whole outage: {readyz_at_end:?}"
+    );
     let start_took = plane.start();
     let outage_end = t0.elapsed();
 
     let reconverged = wait_until(Duration::from_secs(120), "every parent to converge", || {
         converged(&ns.0) == PARENTS
     });
+    let ready_again = wait_until(Duration::from_secs(60), "/readyz to pass again", || operator.ready());
     assert!(operator.is_running(), "ruleop was not restarted");
 
     let jobs = jobs_per_parent(&ns.0);
     eprintln!(
         "outage: {PARENTS} parents applied at 0 s; {jobs_before} Jobs and {converged_before} parents \
-         converged when the API server got SIGTERM at {:.1} s (exit took {:.2} s); started again \
-         {:.1} s after the SIGTERM, READY {:.2} s later (unreachable {:.1} s in all); every parent \
-         converged {:.2} s after READY; {} Jobs",
+         converged when the API server got SIGTERM at {:.1} s (exit took {:.2} s); ruleop's /readyz \
+         failed {:.2} s after the exit ({}); API server started again {:.1} s after the SIGTERM, \
+         READY {:.2} s later (unreachable {:.1} s in all); every parent converged {:.2} s after \
+         READY, /readyz ok {:.2} s after that; {} Jobs",
         outage_start.as_secs_f64(),
         stop_took.as_secs_f64(),
-        OUTAGE.max(stop_took).as_secs_f64(),
+        not_ready_after.as_secs_f64(),
+        readyz_at_end.map_or_else(String::new, |(code, body)| format!("{code} {}", body.trim())),
+        OUTAGE.max(stop_took + not_ready_after).as_secs_f64(),
         start_took.as_secs_f64(),
         (outage_end - outage_start).as_secs_f64(),
         reconverged.as_secs_f64(),
+        ready_again.as_secs_f64(),
         jobs.values().sum::<usize>(),
     );
     assert!(

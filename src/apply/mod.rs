@@ -3,6 +3,7 @@
 //! differs from the plan, so reconciling a converged parent writes nothing.
 
 pub mod actions;
+pub mod api_error;
 pub mod children;
 pub mod compare;
 pub mod events;
@@ -13,6 +14,7 @@ use kube::runtime::events::Recorder;
 use serde_json::Value;
 
 use crate::admin::AdminState;
+use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::kinds::{Kinds, ServedKind};
 use crate::plan::children::ObjectRef;
 
@@ -26,7 +28,7 @@ pub enum ApplyError {
     #[error("{0} is not a resolved kind")]
     UnknownKind(String),
     /// The API server rejected or failed a write to a child.
-    #[error("applying {target} failed: {source}")]
+    #[error("applying {target} failed: {}", api_error::describe(source))]
     Child {
         /// The child.
         target: ObjectRef,
@@ -35,7 +37,10 @@ pub enum ApplyError {
         source: Box<kube::Error>,
     },
     /// A child's apply changed an immutable field and its rule says to report it.
-    #[error("{target} cannot be updated in place: {message} (set onImmutableChange: recreate to replace it)")]
+    #[error(
+        "{target} cannot be updated in place: {} (set onImmutableChange: recreate to replace it)",
+        bounded(message, MESSAGE_LIMIT)
+    )]
     Immutable {
         /// The child.
         target: ObjectRef,
@@ -43,7 +48,7 @@ pub enum ApplyError {
         message: String,
     },
     /// Deleting a child no longer desired failed.
-    #[error("pruning {target} failed: {source}")]
+    #[error("pruning {target} failed: {}", api_error::describe(source))]
     Prune {
         /// The child.
         target: ObjectRef,
@@ -52,13 +57,13 @@ pub enum ApplyError {
         source: Box<kube::Error>,
     },
     /// Writing the parent's status failed.
-    #[error("writing status failed: {0}")]
+    #[error("writing status failed: {}", api_error::describe(.0))]
     Status(#[source] Box<kube::Error>),
     /// Another writer changed the parent between our read and our intent record.
     #[error("the parent changed while recording action {0:?}; retrying")]
     Conflict(String),
     /// An action's effect failed.
-    #[error("action {id:?} failed: {message}")]
+    #[error("action {id:?} failed: {}", bounded(message, MESSAGE_LIMIT))]
     Action {
         /// Action id.
         id: String,

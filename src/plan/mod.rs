@@ -9,7 +9,13 @@ pub mod actions;
 pub mod builtin;
 pub mod children;
 pub mod context;
+pub mod foreach;
+pub mod lookups;
+pub mod names;
+pub mod observed;
+pub mod order;
 pub mod status;
+pub mod status_eval;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,12 +23,14 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::rules::Rule;
-use crate::rules::model::{ConditionSpec, FieldSource};
 use crate::template::{RenderError, Renderer};
 use actions::{ActionDecision, Scope};
 use children::{Declared, DesiredChild, ObjectRef};
 use context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
-use status::WantedCondition;
+use lookups::{LookupRead, LookupSource, NoLookups};
+use observed::Observed;
+use order::{Selected, Waiting};
+use status::{ConditionStatus, WantedCondition};
 
 /// The condition type the engine manages unless a rule defines it.
 pub const READY: &str = "Ready";
@@ -46,6 +54,16 @@ pub enum PlanError {
         /// What is wrong with the rendered object.
         message: String,
     },
+    /// A `forEach` gave items that cannot become objects (duplicate or missing keys, too many).
+    #[error("child {id:?} (forEach at {at}): {message}")]
+    ForEach {
+        /// Child id.
+        id: String,
+        /// Where the `forEach` is written (file:line:col).
+        at: String,
+        /// What is wrong with the items.
+        message: String,
+    },
 }
 
 impl PlanError {
@@ -55,6 +73,7 @@ impl PlanError {
             PlanError::InvalidParent(_) => "InvalidParent",
             PlanError::Render(_) => "RenderFailed",
             PlanError::InvalidChild { .. } => "InvalidChild",
+            PlanError::ForEach { .. } => "InvalidForEach",
         }
     }
 }
@@ -67,6 +86,10 @@ pub struct Plan {
     pub children: Vec<DesiredChild>,
     /// Observed children of this parent that are no longer desired.
     pub prune: Vec<ObjectRef>,
+    /// Desired children held back by `dependsOn` (not applied, not pruned).
+    pub waiting: Vec<Waiting>,
+    /// What each lookup read.
+    pub lookups: Vec<LookupRead>,
     /// One decision per action, in rule order.
     pub actions: Vec<ActionDecision>,
     /// The status merge patch, or `None` when the status already holds.
@@ -74,6 +97,10 @@ pub struct Plan {
     /// What the status should hold, to merge into a later write (after actions changed it).
     #[serde(skip)]
     pub status: DesiredStatus,
+    /// Status fields and conditions whose evaluation failed (located in the rule file); the
+    /// children are planned regardless.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub status_problems: Vec<String>,
 }
 
 /// The status fields and conditions a plan wants, independent of the status it was planned on.
@@ -107,8 +134,9 @@ impl Plan {
     }
 }
 
-/// Computes the plan for one parent. `observed` holds the live objects of the rule's child
-/// kinds carrying this parent's UID label; `now` (RFC 3339) stamps changed conditions.
+/// Computes the plan for one parent of a rule without lookups (every lookup is `none`).
+/// `observed` holds the live objects of the rule's child kinds carrying this parent's UID
+/// label; `now` (RFC 3339) stamps changed conditions.
 pub fn plan(
     renderer: &Renderer,
     rule: &Rule,
@@ -116,24 +144,61 @@ pub fn plan(
     observed: &[Value],
     now: &str,
 ) -> Result<Plan, PlanError> {
+    plan_with(renderer, rule, parent, observed, &NoLookups, now)
+}
+
+/// Computes the plan for one parent, reading looked-up objects from `lookups`.
+pub fn plan_with(
+    renderer: &Renderer,
+    rule: &Rule,
+    parent: &Value,
+    observed: &[Value],
+    lookups: &dyn LookupSource,
+    now: &str,
+) -> Result<Plan, PlanError> {
     let parent_ref = ParentRef::read(parent)?;
     let ours: Vec<&Value> = observed
         .iter()
         .filter(|o| is_child_of(o, &rule.name, &parent_ref.uid))
         .collect();
-    let by_id: BTreeMap<String, &Value> = ours
-        .iter()
-        .filter_map(|o| Some((label(o, LABEL_CHILD)?.to_owned(), *o)))
-        .collect();
-    let context = context::build(parent, &by_id, &rule.name, None);
+    let grouped = Observed::group(rule, &ours);
+    let by_id = grouped.singles();
+    let parent_context = context::build(parent, &BTreeMap::new(), &rule.name, None);
+    let (lookups_read, looked_up) = lookups::resolve(renderer, rule, &parent_ref, &parent_context, lookups)?;
+    let mut entries = Map::new();
+    entries.insert("children".to_owned(), grouped.to_context());
+    entries.insert("lookups".to_owned(), looked_up);
+    let base = context::extend(&parent_context, entries);
 
-    let mut desired = Vec::new();
+    // `when` and `forEach` see everything but `ready`, which depends on what they select.
+    let mut selected = Vec::new();
     for child in &rule.spec.children {
         if let Some(when) = &child.when {
             let label = rule.inline_template(&format!("children.{}.when", child.id.value));
-            if !renderer.eval_bool(&label, &when.value, &context)? {
+            let holds = renderer
+                .eval_bool(&label, &when.value, &base)
+                .map_err(|e| status_eval::relocate(rule, when, e))?;
+            if !holds {
                 continue;
             }
+        }
+        let items = match &child.for_each {
+            Some(for_each) => Some(foreach::items(renderer, rule, child, for_each, &base)?),
+            None => None,
+        };
+        selected.push(Selected { child, items });
+    }
+    let readiness = order::readiness(renderer, rule, &selected, &grouped, &base);
+    let mut entries = Map::new();
+    entries.insert("ready".to_owned(), order::ready_context(&readiness));
+    let context = context::extend(&base, entries);
+
+    let mut desired = Vec::new();
+    let mut waiting = Vec::new();
+    for Selected { child, items } in &selected {
+        if let Some(wait) = order::waits_for(child, &readiness) {
+            waiting.push(wait);
+            continue;
         }
         let declared = Declared {
             id: &child.id.value,
@@ -141,19 +206,43 @@ pub fn plan(
             kind: &child.kind,
             template: &child.template.value,
         };
-        desired.push(children::desired_child(
-            renderer,
-            &declared,
-            child.on_immutable_change,
-            &parent_ref,
-            &rule.name,
-            &context,
-        )?);
+        let render = |context: &minijinja::Value| {
+            children::desired_child(
+                renderer,
+                &declared,
+                child.on_immutable_change,
+                &parent_ref,
+                &rule.name,
+                context,
+            )
+        };
+        let Some(items) = items else {
+            desired.push(render(&context)?);
+            continue;
+        };
+        let mut targets: BTreeMap<ObjectRef, &str> = BTreeMap::new();
+        for item in items {
+            let mut rendered = render(&foreach::item_context(&context, item))?;
+            foreach::mark(&mut rendered.object, &item.key);
+            if let Some(other) = targets.insert(rendered.target.clone(), &item.key) {
+                return Err(PlanError::InvalidChild {
+                    id: child.id.value.clone(),
+                    template: child.template.value.clone(),
+                    message: format!(
+                        "items {other:?} and {:?} both render {}; make the name depend on item_key",
+                        item.key, rendered.target
+                    ),
+                });
+            }
+            desired.push(rendered);
+        }
     }
     let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
+    // A child waiting for its dependencies keeps what it has: never prune because of an order.
+    let held: BTreeSet<&str> = waiting.iter().map(|w| w.id.as_str()).collect();
     let prune = ours
         .iter()
-        .filter(|o| label(o, LABEL_CHILD).is_some())
+        .filter(|o| label(o, LABEL_CHILD).is_some_and(|id| !held.contains(id)))
         .filter_map(|o| ObjectRef::of(o))
         .filter(|target| !wanted.contains(target))
         .collect();
@@ -172,33 +261,19 @@ pub fn plan(
         .map(|action| actions::decide(renderer, rule, action, &scope))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let mut managed = Map::new();
-    for (field, source) in &rule.spec.status.fields {
-        let value = match &source.value {
-            FieldSource::Template(_) => {
-                json!(renderer.render_text(&rule.inline_template(&format!("status.fields.{field}")), &context)?)
-            }
-            FieldSource::FromChild(from) => by_id
-                .get(&from.child)
-                .and_then(|child| first_match(child, &from.json_path))
-                .unwrap_or(Value::Null),
-        };
-        managed.insert(field.clone(), value);
-    }
-    let mut wanted_conditions = rule
-        .spec
-        .status
-        .conditions
-        .iter()
-        .map(|c| evaluate_condition(renderer, rule, c, &context))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Status is evaluated apart from children: a failing status expression costs only its
+    // own field or condition (Unknown), never the children it reports on.
+    let evaluated = status_eval::evaluate(renderer, rule, &grouped, &context);
+    let managed = evaluated.fields;
+    let mut wanted_conditions = evaluated.conditions;
     if !wanted_conditions.iter().any(|c| c.type_ == READY) {
-        wanted_conditions.push(WantedCondition {
-            type_: READY.to_owned(),
-            status: true,
-            reason: "Reconciled".to_owned(),
-            message: format!("children applied: {}", desired.len()),
-        });
+        wanted_conditions.push(order::default_ready(
+            rule,
+            &selected,
+            &readiness,
+            &waiting,
+            desired.len(),
+        ));
     }
     let status = DesiredStatus {
         generation: parent_ref.generation,
@@ -209,9 +284,12 @@ pub fn plan(
     Ok(Plan {
         children: desired,
         prune,
+        waiting,
+        lookups: lookups_read,
         actions,
         status_patch,
         status,
+        status_problems: evaluated.problems,
     })
 }
 
@@ -225,9 +303,9 @@ pub fn failure_status_patch(parent: &Value, reason: &str, message: &str, now: &s
         .unwrap_or(0);
     let wanted = [WantedCondition {
         type_: READY.to_owned(),
-        status: false,
+        status: ConditionStatus::False,
         reason: reason.to_owned(),
-        message: message.to_owned(),
+        message: crate::diagnostic::bounded(message, crate::diagnostic::MESSAGE_LIMIT).into_owned(),
     }];
     status_patch(parent, generation, Map::new(), &wanted, now)
 }
@@ -255,37 +333,6 @@ fn status_patch(
     status::patch(&current, managed)
 }
 
-fn evaluate_condition(
-    renderer: &Renderer,
-    rule: &Rule,
-    condition: &ConditionSpec,
-    context: &minijinja::Value,
-) -> Result<WantedCondition, PlanError> {
-    let type_ = &condition.type_;
-    let label = rule.inline_template(&format!("status.conditions.{type_}.when"));
-    let status = renderer.eval_bool(&label, &condition.when.value, context)?;
-    let text = |what: &str, given: &Option<String>, default: &str| -> Result<String, PlanError> {
-        match given {
-            Some(_) => Ok(renderer.render_text(
-                &rule.inline_template(&format!("status.conditions.{type_}.{what}")),
-                context,
-            )?),
-            None => Ok(default.to_owned()),
-        }
-    };
-    let reason = if status {
-        text("reason", &condition.reason, "AsExpected")?
-    } else {
-        text("falseReason", &condition.false_reason, "NotYet")?
-    };
-    Ok(WantedCondition {
-        type_: type_.clone(),
-        status,
-        reason,
-        message: text("message", &condition.message, "")?,
-    })
-}
-
 fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
     object.pointer("/metadata/labels")?.get(key)?.as_str()
 }
@@ -293,11 +340,4 @@ fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
 /// Whether an observed object carries this rule's labels for this parent.
 pub fn is_child_of(object: &Value, rule: &str, parent_uid: &str) -> bool {
     label(object, LABEL_RULE) == Some(rule) && label(object, LABEL_PARENT_UID) == Some(parent_uid)
-}
-
-fn first_match(object: &Value, path: &str) -> Option<Value> {
-    jsonpath_rust::query::js_path_vals(path, object)
-        .ok()?
-        .first()
-        .map(|v| (*v).clone())
 }

@@ -1,6 +1,7 @@
 //! Rules: the file model, loading and validating a directory into an immutable [`RuleSet`].
 
 pub mod duration;
+pub mod lint;
 pub mod load;
 pub mod model;
 pub mod reload;
@@ -36,6 +37,20 @@ impl Rule {
     /// The child with that id.
     pub fn child(&self, id: &str) -> Option<&ChildSpec> {
         self.spec.children.iter().find(|c| c.id.value == id)
+    }
+
+    /// The `(apiVersion, kind)` of every kind the rule looks up (read-only, watched without a
+    /// label selector).
+    pub fn lookup_kinds(&self) -> Vec<(String, String)> {
+        let mut kinds: Vec<_> = self
+            .spec
+            .lookups
+            .iter()
+            .map(|l| (l.api_version.clone(), l.kind.clone()))
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
     }
 
     /// The `(apiVersion, kind)` of every object kind the rule creates: children and created actions.
