@@ -96,7 +96,9 @@ fn an_api_server_outage_mid_convergence_is_survived_with_one_backup_per_parent()
         outage_start.as_secs_f64(),
         stop_took.as_secs_f64(),
         not_ready_after.as_secs_f64(),
-        readyz_at_end.map_or_else(String::new, |(code, body)| format!("{code} {}", body.trim())),
+        readyz_at_end.map_or_else(String::new, |(code, body)| {
+            format!("{code} {}", body.lines().next().unwrap_or_default())
+        }),
         OUTAGE.max(stop_took + not_ready_after).as_secs_f64(),
         start_took.as_secs_f64(),
         (outage_end - outage_start).as_secs_f64(),
