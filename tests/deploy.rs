@@ -167,9 +167,7 @@ fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
     let out = kubectl(&["apply", "-k", &root().join("deploy").display().to_string()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     kubectl_ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]);
-    let token = kubectl_ok(&["create", "token", "ruleop", "-n", "ruleop-system", "--duration=1h"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = token_kubeconfig(token.trim(), &dir.path().join("kubeconfig"));
+    let (_dir, kubeconfig) = service_account_kubeconfig("ruleop-system", "ruleop");
     let whoami = Command::new("kubectl")
         .args(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])
         .env("KUBECONFIG", &kubeconfig)

@@ -144,32 +144,6 @@ pub fn start_apiserver(extra: &[&str]) -> (Child, ChildStdin, PathBuf) {
     (child, stdin, PathBuf::from(path))
 }
 
-/// Writes a kubeconfig for the control plane that authenticates with a bearer `token` (e.g.
-/// from `kubectl create token`), trusting the same CA as the admin kubeconfig.
-pub fn token_kubeconfig(token: &str, path: &Path) -> PathBuf {
-    let field = |jsonpath: &str| {
-        kubectl_ok(&[
-            "config",
-            "view",
-            "--raw",
-            "--minify",
-            "-o",
-            &format!("jsonpath={jsonpath}"),
-        ])
-    };
-    let server = field("{.clusters[0].cluster.server}");
-    let ca = field("{.clusters[0].cluster.certificate-authority-data}");
-    assert!(
-        !server.is_empty() && !ca.is_empty(),
-        "the admin kubeconfig has a server and a CA"
-    );
-    let config = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: plane\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: token\n  user:\n    token: {token}\ncontexts:\n- name: token\n  context:\n    cluster: plane\n    user: token\ncurrent-context: token\n"
-    );
-    std::fs::write(path, config).expect("write kubeconfig");
-    path.to_path_buf()
-}
-
 /// Runs kubectl against the control plane.
 pub fn kubectl(args: &[&str]) -> Output {
     kubectl_with_stdin(args, None)
@@ -493,6 +467,23 @@ pub fn apiserver_watches(resource: &str, scope: &str) -> u64 {
         "apiserver_longrunning_requests",
         &[("verb", "WATCH"), ("resource", resource), ("scope", scope)],
     )
+}
+
+/// A kubeconfig that authenticates as ServiceAccount `namespace/name` (a token from
+/// `kubectl create token`) to the test control plane; the file lives as long as the TempDir.
+pub fn service_account_kubeconfig(namespace: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let token = kubectl_ok(&["create", "token", name, "-n", namespace, "--duration=1h"]);
+    let field = |path: &str| kubectl_ok(&["config", "view", "--raw", "--minify", "-o", &format!("jsonpath={path}")]);
+    let server = field("{.clusters[0].cluster.server}");
+    let ca = field("{.clusters[0].cluster.certificate-authority-data}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {}\ncontexts:\n- name: test\n  context: {{cluster: test, user: {name}, namespace: {namespace}}}\ncurrent-context: test\n",
+        token.trim()
+    );
+    std::fs::write(&path, text).expect("write kubeconfig");
+    (dir, path)
 }
 
 /// A rules directory: the shipped rules with `edit` applied to each file's text.
