@@ -439,12 +439,16 @@ async fn apply_plan(
         );
         match result {
             Ok(()) => {
-                let note = format!("{}: {}", decision.id, decision.reason);
-                events::publish(cluster, handle, None, EventType::Normal, "ActionRan", note);
+                let note = events::action_run_note(decision);
+                let key = decision.key.as_deref().unwrap_or_default();
+                events::publish_once(cluster, handle, EventType::Normal, "ActionRan", note, key);
             }
             Err(e) => {
                 if !matches!(e, ApplyError::Conflict(_)) {
-                    events::publish(cluster, handle, None, EventType::Warning, e.reason(), e.to_string());
+                    // One Event per run and distinct error, so its note is about this run.
+                    let (message, key) = (e.to_string(), decision.key.as_deref().unwrap_or_default());
+                    let identity = format!("{key}\n{message}");
+                    events::publish_once(cluster, handle, EventType::Warning, e.reason(), message, &identity);
                 }
                 first_error.get_or_insert(e);
             }
