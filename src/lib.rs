@@ -18,6 +18,7 @@ pub mod clock;
 pub mod controller;
 pub mod diagnostic;
 pub mod health;
+pub mod housekeeping;
 pub mod kinds;
 pub mod metrics;
 pub mod offline;
