@@ -28,6 +28,7 @@ use crate::clock::now_rfc3339;
 use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
 use crate::kinds::{Kinds, ServedKind};
+use crate::lookup_index::{self, RuleLookups};
 use crate::plan::children::ObjectRef;
 use crate::plan::context::LABEL_RULE;
 use crate::plan::{self, Plan, PlanError};
@@ -127,6 +128,8 @@ struct RuleContext {
     written: Arc<WrittenParents>,
     /// Drift-repair budgets per parent.
     drift: Arc<DriftLimiter>,
+    /// Caches of looked-up kinds and who read what.
+    lookups: RuleLookups,
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
     /// `Store::wait_until_ready` wakes only the last of several concurrent waiters.
     children_synced: tokio::sync::watch::Receiver<bool>,
@@ -160,6 +163,8 @@ pub struct RunningController {
     pub watched: (String, String),
     /// Kinds owned (watched for changes to children).
     pub owned: Vec<(String, String)>,
+    /// Kinds looked up (a cache each).
+    pub looked_up: Vec<(String, String)>,
     /// The rule digest it was started or last re-triggered with.
     pub digest: String,
     reconcile_all: mpsc::UnboundedSender<()>,
@@ -218,7 +223,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         })
         .reflect(parent_writer)
         .applied_objects();
-    let mut controller = Controller::for_stream_with(parents, parent_store, parent_kind.resource.clone());
+    let mut controller = Controller::for_stream_with(parents, parent_store.clone(), parent_kind.resource.clone());
     let owned = child_kinds(rule);
     let mut children = Vec::new();
     for (api_version, kind) in &owned {
@@ -239,6 +244,11 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
             .touched_objects();
         controller = controller.owns_stream_with(stream, served.resource.clone());
     }
+    let (lookups, lookup_changes) =
+        lookup_index::start(&shared.client, rule, kinds, &parent_kind.resource, parent_store, slim)?;
+    if !rule.spec.lookups.is_empty() {
+        controller = controller.reconcile_on(lookup_changes);
+    }
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
     let (stop, stop_rx) = oneshot::channel::<()>();
     let concurrency = rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
@@ -252,6 +262,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         failures: memory.failures,
         written: memory.written,
         drift: memory.drift,
+        lookups,
     });
     let name = rule.name.clone();
     let task = tokio::spawn(async move {
@@ -274,6 +285,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     Ok(RunningController {
         watched,
         owned,
+        looked_up: rule.lookup_kinds(),
         digest: rule.digest.clone(),
         reconcile_all,
         stop,
@@ -287,6 +299,9 @@ async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<
         return Ok(Action::await_change());
     };
     let namespace = parent.namespace().unwrap_or_default();
+    if parent.meta().deletion_timestamp.is_some() {
+        ctx.lookups.index.forget(&(namespace.clone(), parent.name_any()));
+    }
     if parent.meta().deletion_timestamp.is_some()
         || (!rule.spec.watch.namespaces.is_empty() && !rule.spec.watch.namespaces.contains(&namespace))
     {
@@ -324,6 +339,7 @@ async fn reconcile_parent(
     let uid = parent.uid().unwrap_or_default();
     // Planning against a child cache that has not listed yet would see every child missing.
     let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
+    ctx.lookups.wait_synced().await;
     let parent_json = ctx.written.newest(&uid, with_type(parent, &ctx.parent_kind.resource));
     let observed: Vec<Value> = ctx
         .children
@@ -351,7 +367,9 @@ async fn reconcile_parent(
         reference: parent.object_ref(&ctx.parent_kind.resource),
     };
     debug!(parent = %parent.name_any(), children = observed.len(), "planning");
-    let plan = plan::plan(&set.renderer, rule, &parent_json, &observed, &now);
+    let read = ctx.lookups.recording();
+    let plan = plan::plan_with(&set.renderer, rule, &parent_json, &observed, &read, &now);
+    read.commit((namespace.to_owned(), parent.name_any()));
     let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {

@@ -20,6 +20,7 @@ pub mod diagnostic;
 pub mod health;
 pub mod housekeeping;
 pub mod kinds;
+pub mod lookup_index;
 pub mod metrics;
 pub mod offline;
 pub mod plan;

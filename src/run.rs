@@ -73,10 +73,9 @@ impl Supervisor {
         }
         for rule in &set.rules {
             let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
-            let same_kinds = self
-                .running
-                .get(&rule.name)
-                .is_some_and(|r| r.watched == watched && r.owned == child_kinds(rule));
+            let same_kinds = self.running.get(&rule.name).is_some_and(|r| {
+                r.watched == watched && r.owned == child_kinds(rule) && r.looked_up == rule.lookup_kinds()
+            });
             if same_kinds {
                 if let Some(running) = self.running.get_mut(&rule.name)
                     && running.digest != rule.digest

@@ -79,6 +79,30 @@ impl CustomKind {
         )
     }
 
+    /// Rules and templates written by a test: rule `<rule>` watches the kind, `spec_body` is the
+    /// rest of its spec (indented two spaces), `templates` are `(path, text)` pairs.
+    pub fn rule_files(
+        &self,
+        rule: &str,
+        spec_body: &str,
+        templates: &[(&str, &str)],
+    ) -> (tempfile::TempDir, tempfile::TempDir) {
+        let rules_dir = tempfile::tempdir().expect("tempdir");
+        let templates_dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: {rule}\nspec:\n  watch:\n    apiVersion: {}\n    kind: {}\n{spec_body}",
+            self.api_version(),
+            self.kind
+        );
+        std::fs::write(rules_dir.path().join(format!("{rule}.yaml")), text).expect("write rule");
+        for (path, text) in templates {
+            let path = templates_dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write template");
+        }
+        (rules_dir, templates_dir)
+    }
+
     /// Rules and templates: rule `<rule>` watches the kind and gives each object a ConfigMap
     /// `<name>-cm` holding its `spec.size` (an object without one fails to render).
     pub fn config_map_rule(&self, rule: &str) -> (tempfile::TempDir, tempfile::TempDir) {
