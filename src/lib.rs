@@ -17,6 +17,7 @@ pub mod cli;
 pub mod clock;
 pub mod controller;
 pub mod diagnostic;
+pub mod fuzzing;
 pub mod health;
 pub mod housekeeping;
 pub mod kinds;
