@@ -19,6 +19,7 @@ pub mod controller;
 pub mod diagnostic;
 pub mod fuzzing;
 pub mod health;
+pub mod housekeeping;
 pub mod kinds;
 pub mod lookup_index;
 pub mod metrics;
