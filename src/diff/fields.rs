@@ -74,7 +74,9 @@ fn selects(key: &str, index: usize, item: &Value) -> bool {
         let Ok(Value::Object(wanted)) = serde_json::from_str::<Value>(json) else {
             return false;
         };
-        wanted.iter().all(|(k, v)| item.get(k).is_some_and(|have| same(have, v)))
+        wanted
+            .iter()
+            .all(|(k, v)| item.get(k).is_some_and(|have| same(have, v)))
     } else if let Some(json) = key.strip_prefix("v:") {
         serde_json::from_str::<Value>(json).is_ok_and(|v| same(item, &v))
     } else if let Some(i) = key.strip_prefix("i:") {
@@ -120,6 +122,9 @@ mod tests {
         let value = json!({"finalizers": ["a", "b"], "data": {"x": {"deep": 1}}});
         let fields = json!({"f:finalizers": {"v:\"b\"": {}}, "f:data": {"f:x": {}}});
         let Value::Object(fields) = fields else { unreachable!() };
-        assert_eq!(project(&value, &fields), json!({"finalizers": ["b"], "data": {"x": {"deep": 1}}}));
+        assert_eq!(
+            project(&value, &fields),
+            json!({"finalizers": ["b"], "data": {"x": {"deep": 1}}})
+        );
     }
 }

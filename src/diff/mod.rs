@@ -168,7 +168,10 @@ pub async fn diff(set: &RuleSet, options: &Options) -> anyhow::Result<Report> {
             now: &options.now,
         };
         let diffs: Vec<ParentDiff> = futures::stream::iter(parents.iter().map(|parent| {
-            let uid = parent.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+            let uid = parent
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             let observed = children.get(uid).map(Vec::as_slice).unwrap_or_default();
             context.diff_parent(parent, observed)
         }))
@@ -195,7 +198,13 @@ fn strip_managed_fields(mut object: Value) -> Value {
     object
 }
 
-fn api_for(client: &Client, kinds: &Kinds, api_version: &str, kind: &str, namespace: Option<&str>) -> anyhow::Result<Api<DynamicObject>> {
+fn api_for(
+    client: &Client,
+    kinds: &Kinds,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> anyhow::Result<Api<DynamicObject>> {
     let served = kinds
         .get(api_version, kind)
         .with_context(|| format!("{api_version} {kind} is not a resolved kind"))?;
@@ -214,7 +223,13 @@ async fn list_parents(client: &Client, kinds: &Kinds, rule: &Rule, options: &Opt
         .filter(|s| !s.trim().is_empty())
         .collect();
     let params = ListParams::default().labels(&selector.join(","));
-    let api = api_for(client, kinds, &watch.api_version, &watch.kind, options.namespace.as_deref())?;
+    let api = api_for(
+        client,
+        kinds,
+        &watch.api_version,
+        &watch.kind,
+        options.namespace.as_deref(),
+    )?;
     let list = api
         .list(&params)
         .await
@@ -225,7 +240,10 @@ async fn list_parents(client: &Client, kinds: &Kinds, rule: &Rule, options: &Opt
         .filter_map(|o| serde_json::to_value(o).ok())
         .map(strip_managed_fields)
         .filter(|p| {
-            let ns = p.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default();
+            let ns = p
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             watch.namespaces.is_empty() || watch.namespaces.iter().any(|w| w == ns)
         })
         .collect();
@@ -260,7 +278,9 @@ async fn list_children(
             .await
             .with_context(|| format!("listing {api_version} {kind} children of rule {:?}", rule.name))?;
         for object in list.items {
-            let Ok(mut object) = serde_json::to_value(object) else { continue };
+            let Ok(mut object) = serde_json::to_value(object) else {
+                continue;
+            };
             // Items of a list of a built-in kind come without apiVersion and kind.
             if let Some(map) = object.as_object_mut() {
                 map.entry("apiVersion").or_insert_with(|| Value::from(api_version));
@@ -298,7 +318,9 @@ async fn read_lookups(
         return Ok(ReadLookups(read));
     }
     for parent in parents {
-        let Ok(parent_ref) = ParentRef::read(parent) else { continue };
+        let Ok(parent_ref) = ParentRef::read(parent) else {
+            continue;
+        };
         let context = plan::context::build(parent, &BTreeMap::new(), &rule.name, None);
         // A parent whose lookup names fail to render gets that error from its plan.
         let Ok(keys) = plan::lookups::keys(&set.renderer, rule, &parent_ref, &context) else {
@@ -344,7 +366,10 @@ impl ParentContext<'_> {
         let mut out = String::new();
         let mut writes = Writes::default();
         match plan::plan_with(&self.set.renderer, self.rule, parent, &stripped, self.lookups, self.now) {
-            Ok(plan) => self.diff_plan(parent, observed, &stripped, &plan, &mut out, &mut writes).await,
+            Ok(plan) => {
+                self.diff_plan(parent, observed, &stripped, &plan, &mut out, &mut writes)
+                    .await
+            }
             Err(e) => {
                 let patch = plan::failure_status_patch(parent, e.reason(), &e.to_string(), self.now);
                 if let Some(patch) = patch {
@@ -421,7 +446,13 @@ impl ParentContext<'_> {
     async fn child_diff(&self, child: &DesiredChild, desired: &Value, live: Option<&Value>) -> String {
         let target = &child.target;
         let params = PatchParams::apply(FIELD_MANAGER).force().validation_strict().dry_run();
-        let api = match api_for(self.client, self.kinds, &target.api_version, &target.kind, Some(&target.namespace)) {
+        let api = match api_for(
+            self.client,
+            self.kinds,
+            &target.api_version,
+            &target.kind,
+            Some(&target.namespace),
+        ) {
             Ok(api) => api,
             Err(e) => return format!("! {target}: {e:#}\n"),
         };
@@ -458,7 +489,12 @@ impl ParentContext<'_> {
                 if before == after {
                     format!("~ {target} would be re-applied with no change to its fields (its desired-hash changes)\n")
                 } else {
-                    unified(&before, &after, &format!("{target} (live)"), &format!("{target} (proposed)"))
+                    unified(
+                        &before,
+                        &after,
+                        &format!("{target} (live)"),
+                        &format!("{target} (proposed)"),
+                    )
                 }
             }
         }
@@ -489,7 +525,11 @@ fn status_diff(parent: &Value, patch: &Value) -> String {
     let Some(Value::Object(changes)) = patch.get("status") else {
         return String::new();
     };
-    let current = parent.get("status").and_then(Value::as_object).cloned().unwrap_or_default();
+    let current = parent
+        .get("status")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     let mut before = Map::new();
     let mut after = Map::new();
     for (key, value) in changes {
