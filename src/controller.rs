@@ -80,6 +80,17 @@ impl Shared {
         served: &ServedKind,
         config: watcher::Config,
     ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+        self.watch_in(self.api(served), rule, served, config)
+    }
+
+    /// [`Shared::watch`] through a given API handle (lookups watch every namespace).
+    fn watch_in(
+        &self,
+        api: Api<crate::watch::Tolerant>,
+        rule: &Rule,
+        served: &ServedKind,
+        config: watcher::Config,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
         let resource = &served.resource;
         let token = self.admin.health.register_watch(format!(
             "rule {:?}: watch of {} ({})",
@@ -92,7 +103,7 @@ impl Shared {
                 .metrics
                 .inc("ruleop_undecodable_objects_total", &[("kind", &kind)]);
         });
-        crate::watch::watch(self.api(served), config, token, Arc::new(reporter))
+        crate::watch::watch(api, config, token, Arc::new(reporter))
     }
 }
 
@@ -244,8 +255,16 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
             .touched_objects();
         controller = controller.owns_stream_with(stream, served.resource.clone());
     }
+    // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
+    let watch_lookups = |served: &ServedKind| {
+        let api = Api::all_with(shared.client.clone(), &served.resource);
+        shared
+            .watch_in(api, rule, served, watcher::Config::default())
+            .modify(slim)
+            .boxed()
+    };
     let (lookups, lookup_changes) =
-        lookup_index::start(&shared.client, rule, kinds, &parent_kind.resource, parent_store, slim)?;
+        lookup_index::start(rule, kinds, &parent_kind.resource, parent_store, watch_lookups)?;
     if !rule.spec.lookups.is_empty() {
         controller = controller.reconcile_on(lookup_changes);
     }
