@@ -145,41 +145,53 @@ fn an_invalid_edit_keeps_the_last_good_rules_and_a_later_valid_edit_is_taken() {
 #[test]
 fn a_rule_for_a_new_kind_starts_and_stops_at_runtime() {
     install_crds();
+    // A kind of its own: the API server's count of open watches on it is this test's alone.
+    let kind = CustomKind::new("reload-kind", "Gadget");
+    kind.install();
     let ns = Namespace::new("reload-kind");
-    let all_rules = files_under(&root().join("rules"));
-    let database_only: Vec<_> = all_rules.iter().filter(|(p, _)| p != "cache.yaml").cloned().collect();
-    let mut rules = Mount::new(&database_only);
-    let templates_mount = Mount::new(&files_under(&templates()));
+    let shipped_rules = files_under(&root().join("rules"));
+    let (gadget_rule, gadget_template) = kind.config_map_rule_files("gadget");
+    let mut with_gadget = shipped_rules.clone();
+    with_gadget.extend(gadget_rule);
+    let mut template_files = files_under(&templates());
+    template_files.extend(gadget_template);
+    let mut rules = Mount::new(&shipped_rules);
+    let templates_mount = Mount::new(&template_files);
     let operator = Operator::start_with(rules.path(), templates_mount.path(), &ns.0, RELOAD_FLAGS);
-    let cache = |name: &str| {
-        format!("apiVersion: myorg.io/v1\nkind: Cache\nmetadata: {{name: {name}}}\nspec: {{maxMemory: 64mb}}\n")
-    };
+    let gadget_watches = || apiserver_watches(&kind.plural(), "namespace");
 
-    apply_yaml(&ns.0, &cache("before"));
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(!exists(&ns.0, "deployment/before-cache"), "no rule watches Cache yet");
+    apply_yaml(&ns.0, &kind.object("before", r#"{"size": "1"}"#));
+    assert_eq!(gadget_watches(), 0, "no rule watches Gadget yet");
 
-    rules.swap(&all_rules);
+    rules.swap(&with_gadget);
     wait_until(
         Duration::from_secs(20),
-        "the Cache rule to reconcile the existing Cache",
-        || exists(&ns.0, "deployment/before-cache"),
+        "the Gadget rule to reconcile the existing Gadget",
+        || exists(&ns.0, "configmap/before-cm"),
     );
+    assert!(gadget_watches() >= 1, "the Gadget rule watches Gadgets");
 
-    rules.swap(&database_only);
-    wait_until(Duration::from_secs(10), "the Cache controller to stop", || {
-        operator.log_text().contains("controller stopped rule=cache")
+    // A stopped controller must close its watch: a removed rule's reconciles would do nothing
+    // anyway (the rule is gone from the set), so only the API server can tell that it stopped.
+    rules.swap(&shipped_rules);
+    wait_until(Duration::from_secs(10), "the Gadget controller to stop", || {
+        operator.log_text().contains("controller stopped rule=gadget")
     });
-    apply_yaml(&ns.0, &cache("after"));
-    std::thread::sleep(Duration::from_secs(2));
+    wait_until(Duration::from_secs(10), "the Gadget watch to be closed", || {
+        gadget_watches() == 0
+    });
+    apply_yaml(&ns.0, &kind.object("after", r#"{"size": "2"}"#));
+    operator.reconciled_after("database", || apply_yaml(&ns.0, &database("touch", 1, "")));
     assert!(
-        !exists(&ns.0, "deployment/after-cache"),
+        !exists(&ns.0, "configmap/after-cm"),
         "the removed rule no longer reconciles"
     );
     assert!(
-        exists(&ns.0, "deployment/before-cache"),
+        exists(&ns.0, "configmap/before-cm"),
         "children of a removed rule are left in place"
     );
+    drop(operator);
+    kind.uninstall();
 }
 
 #[test]

@@ -104,7 +104,7 @@ impl CustomKind {
     }
 
     /// Rules and templates: rule `<rule>` watches the kind and gives each object a ConfigMap
-    /// `<name>-cm` holding its `spec.size` (or "none").
+    /// `<name>-cm` holding its `spec.size` (an object without one fails to render).
     pub fn config_map_rule(&self, rule: &str) -> (tempfile::TempDir, tempfile::TempDir) {
         let (rule_files, template_files) = self.config_map_rule_files(rule);
         let dirs = (
@@ -126,7 +126,7 @@ impl CustomKind {
             self.api_version(),
             self.kind
         );
-        let template = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-cm\ndata:\n  size: {{ spec | dig(\"size\", \"none\") | tojson }}\n";
+        let template = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-cm\ndata:\n  size: {{ spec.size | tojson }}\n";
         (
             vec![(format!("{rule}.yaml"), text)],
             vec![(format!("{rule}-cm.yaml.j2"), template.to_owned())],
