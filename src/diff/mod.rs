@@ -495,7 +495,7 @@ impl ParentContext<'_> {
                     metadata.remove("annotations");
                 }
             }
-            yaml::to_string(&projected)
+            yaml::to_string(&sorted(projected))
         };
         let after = shown(&result);
         match live {
@@ -514,6 +514,20 @@ impl ParentContext<'_> {
                 }
             }
         }
+    }
+}
+
+/// `value` with every map's keys in order: the live object (JSON as stored) and the dry run's
+/// result (decoded through typed metadata) list the same fields in different orders.
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
     }
 }
 
