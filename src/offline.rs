@@ -236,6 +236,15 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
         out.push_str(&format!("---\n# child {:?}: {}\n", child.id, child.target));
         out.push_str(&yaml::to_string(&child.object));
     }
+    if !plan.waiting.is_empty() {
+        out.push_str(&format!("# === waiting ({}) ===\n", plan.waiting.len()));
+        for waiting in &plan.waiting {
+            out.push_str(&format!(
+                "# child {:?}: {}: {}\n",
+                waiting.id, waiting.target, waiting.reason
+            ));
+        }
+    }
     out.push_str(&format!("# === prune ({}) ===\n", plan.prune.len()));
     for target in &plan.prune {
         out.push_str(&format!("# delete {target}\n"));
@@ -252,12 +261,39 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
             out.push_str(&commented(&printed, "#   "));
         }
     }
+    print_lifecycle(&mut out, plan);
     out.push_str("# === status patch ===\n");
     match &plan.status_patch {
         Some(patch) => out.push_str(&commented(&yaml::to_string(patch), "# ")),
         None => out.push_str("# (none: status already up to date)\n"),
     }
     out
+}
+
+/// The finalizer step and, for a parent being deleted, what holds the deletion.
+fn print_lifecycle(out: &mut String, plan: &Plan) {
+    use plan::deletion::{FINALIZER, FinalizerStep};
+    match plan.finalizer {
+        FinalizerStep::Unchanged => {}
+        FinalizerStep::Add => out.push_str(&format!(
+            "# === finalizer {FINALIZER}: add (before any child is applied) ===\n"
+        )),
+        FinalizerStep::Remove => out.push_str(&format!(
+            "# === finalizer {FINALIZER}: remove (after the deletes above): the deletion completes ===\n"
+        )),
+    }
+    if let Some(deletion) = &plan.deletion {
+        out.push_str("# === deletion in progress ===\n");
+        for line in &deletion.waiting {
+            out.push_str(&format!("# waiting: {line}\n"));
+        }
+        for line in &deletion.timed_out {
+            out.push_str(&format!("# timed out (Warning Event): {line}\n"));
+        }
+        if let Some(ms) = deletion.recheck_in_ms {
+            out.push_str(&format!("# looking again in {ms} ms\n"));
+        }
+    }
 }
 
 fn commented(text: &str, prefix: &str) -> String {

@@ -107,14 +107,14 @@ impl Supervisor {
 
 /// Runs the operator until SIGTERM or SIGINT.
 pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
-    let set = load(&settings.sources.rules, &settings.sources.templates)
+    let mut set = load(&settings.sources.rules, &settings.sources.templates)
         .map_err(|d| anyhow::anyhow!("the rules are invalid:\n{d}"))?;
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API")?;
     let mut kinds = Kinds::default();
     kinds.resolve(&client, &set).await?;
-    check_scopes(&set, &kinds)?;
+    check_scopes(&mut set, &kinds)?;
     let admin = Arc::new(AdminState::default());
     let bound = admin::serve(settings.admin_addr, admin.clone())
         .await
@@ -192,7 +192,7 @@ impl Reloader {
         self.fingerprint = fingerprint.clone();
         let started = std::time::Instant::now();
         let metrics = &self.shared.admin.metrics;
-        let set = match load(&sources.rules, &sources.templates) {
+        let mut set = match load(&sources.rules, &sources.templates) {
             Ok(set) => set,
             Err(diagnostics) => {
                 for diagnostic in &diagnostics.0 {
@@ -211,7 +211,7 @@ impl Reloader {
             .resolve(&self.shared.client, &set)
             .await
             .map_err(anyhow::Error::from)
-            .and_then(|()| check_scopes(&set, &kinds));
+            .and_then(|()| check_scopes(&mut set, &kinds));
         if let Err(e) = resolved {
             error!(error = %e, "rule reload rejected; the last good rules keep running");
             metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
@@ -236,9 +236,11 @@ impl Reloader {
     }
 }
 
-/// Children must be namespaced (they live beside their parent); parents too.
-pub fn check_scopes(set: &RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
-    for rule in &set.rules {
+/// Parents must be namespaced (the engine's children point at them by ownerReference or by a
+/// `namespace/name` annotation); records which child and action kinds are cluster-scoped, as
+/// discovery says, so planning places them right.
+pub fn check_scopes(set: &mut RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
+    for rule in &mut set.rules {
         let watch = &rule.spec.watch;
         if kinds
             .get(&watch.api_version, &watch.kind)
@@ -250,14 +252,7 @@ pub fn check_scopes(set: &RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
                 watch.kind
             );
         }
-        for (api_version, kind) in rule.owned_kinds() {
-            if kinds.get(&api_version, &kind).is_some_and(|k| !k.namespaced) {
-                anyhow::bail!(
-                    "rule {:?}: {api_version} {kind} is cluster-scoped; children must be namespaced",
-                    rule.name
-                );
-            }
-        }
+        rule.set_scopes(|api_version, kind| kinds.get(api_version, kind).map(|k| !k.namespaced));
     }
     Ok(())
 }

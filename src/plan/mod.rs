@@ -9,6 +9,8 @@ pub mod actions;
 pub mod builtin;
 pub mod children;
 pub mod context;
+pub mod deletion;
+pub mod scope;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,10 +19,10 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::rules::Rule;
-use crate::rules::model::{ConditionSpec, FieldSource};
+use crate::rules::model::{ActionTrigger, ConditionSpec, FieldSource};
 use crate::template::{RenderError, Renderer};
 use actions::{ActionDecision, Scope};
-use children::{Declared, DesiredChild, ObjectRef};
+use children::{Declared, DesiredChild, ObjectRef, Placement};
 use context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use status::WantedCondition;
 
@@ -36,6 +38,21 @@ pub enum PlanError {
     /// A template or expression failed to render.
     #[error("render failed: {0}")]
     Render(#[from] RenderError),
+    /// A child would be written into a namespace the parent may not write to (confused deputy).
+    #[error(
+        "child {id:?} targets namespace {namespace:?}, which is not the parent's namespace {parent_namespace:?}, \
+         not a Namespace this parent owns, and not in spec.allowedNamespaces ({allowed})"
+    )]
+    NamespaceNotAllowed {
+        /// Child id.
+        id: String,
+        /// The namespace the child rendered.
+        namespace: String,
+        /// The parent's namespace.
+        parent_namespace: String,
+        /// The rule's allowed namespaces, for the message.
+        allowed: String,
+    },
     /// A child rendered, but not as the one object its rule declares.
     #[error("child {id:?} ({template}): {message}")]
     InvalidChild {
@@ -55,6 +72,7 @@ impl PlanError {
             PlanError::InvalidParent(_) => "InvalidParent",
             PlanError::Render(_) => "RenderFailed",
             PlanError::InvalidChild { .. } => "InvalidChild",
+            PlanError::NamespaceNotAllowed { .. } => "NamespaceNotAllowed",
         }
     }
 }
@@ -69,6 +87,14 @@ pub struct Plan {
     pub prune: Vec<ObjectRef>,
     /// One decision per action, in rule order.
     pub actions: Vec<ActionDecision>,
+    /// Desired children not applied in this reconcile (and not pruned), with the reason.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<scope::Waiting>,
+    /// What happens to the parent's `ruleop.io/cleanup` finalizer.
+    pub finalizer: deletion::FinalizerStep,
+    /// The deletion in progress, when the parent is being deleted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletion: Option<deletion::Deletion>,
     /// The status merge patch, or `None` when the status already holds.
     pub status_patch: Option<Value>,
     /// What the status should hold, to merge into a later write (after actions changed it).
@@ -97,11 +123,13 @@ impl DesiredStatus {
 }
 
 impl Plan {
-    /// The soonest time an action waiting out a retry backoff may run again.
+    /// The soonest time an action waiting out a retry backoff may run again, or a deletion
+    /// waiting on `waitFor` should look again.
     pub fn next_retry(&self) -> Option<std::time::Duration> {
         self.actions
             .iter()
             .filter_map(|a| a.retry_in_ms)
+            .chain(self.deletion.as_ref().and_then(|d| d.recheck_in_ms))
             .min()
             .map(std::time::Duration::from_millis)
     }
@@ -126,6 +154,19 @@ pub fn plan(
         .filter_map(|o| Some((label(o, LABEL_CHILD)?.to_owned(), *o)))
         .collect();
     let context = context::build(parent, &by_id, &rule.name, None);
+    if deletion::is_deleting(parent) {
+        let inputs = deletion::Inputs {
+            renderer,
+            rule,
+            parent,
+            parent_ref: &parent_ref,
+            ours: &ours,
+            children: &by_id,
+            context: &context,
+            now,
+        };
+        return deletion::plan(&inputs);
+    }
 
     let mut desired = Vec::new();
     for child in &rule.spec.children {
@@ -140,6 +181,9 @@ pub fn plan(
             api_version: &child.api_version,
             kind: &child.kind,
             template: &child.template.value,
+            placement: Placement::Child {
+                cluster_scoped: rule.is_cluster_scoped(&child.api_version, &child.kind),
+            },
         };
         desired.push(children::desired_child(
             renderer,
@@ -150,7 +194,12 @@ pub fn plan(
             &context,
         )?);
     }
-    let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
+    let (desired, waiting) = scope::guard(rule, &parent_ref, desired, &ours)?;
+    let wanted: BTreeSet<&ObjectRef> = desired
+        .iter()
+        .map(|c| &c.target)
+        .chain(waiting.iter().map(|w| &w.target))
+        .collect();
     let prune = ours
         .iter()
         .filter(|o| label(o, LABEL_CHILD).is_some())
@@ -169,6 +218,7 @@ pub fn plan(
         .spec
         .actions
         .iter()
+        .filter(|action| action.on == ActionTrigger::Reconcile)
         .map(|action| actions::decide(renderer, rule, action, &scope))
         .collect::<Result<Vec<_>, _>>()?;
 
@@ -210,6 +260,9 @@ pub fn plan(
         children: desired,
         prune,
         actions,
+        waiting,
+        finalizer: deletion::finalizer_step(renderer, rule, parent, &context)?,
+        deletion: None,
         status_patch,
         status,
     })
@@ -286,7 +339,7 @@ fn evaluate_condition(
     })
 }
 
-fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+pub(crate) fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
     object.pointer("/metadata/labels")?.get(key)?.as_str()
 }
 
