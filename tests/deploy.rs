@@ -50,6 +50,8 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["patch", "statefulsets.apps", "-n=shop"],
         ["delete", "services", "-n=shop"],
         ["create", "jobs.batch", "-n=shop"],
+        ["list", "jobs.batch", "-n=shop"],
+        ["patch", "databases.myorg.io", "-n=shop"],
         ["create", "events.events.k8s.io", "-n=shop"],
         ["patch", "configmaps", "-n=ruleop-system"],
     ] {
