@@ -103,3 +103,35 @@ pub fn column_of(source: &str, byte_offset: usize) -> u64 {
     let line_start = source[..offset].rfind('\n').map_or(0, |i| i + 1);
     source[line_start..offset].chars().count() as u64 + 1
 }
+
+/// How many bytes of a message may reach a status condition, an Event or a log line.
+pub const MESSAGE_LIMIT: usize = 2048;
+
+/// `text` cut to at most `limit` bytes (on a character boundary), with an ellipsis and the full
+/// size when something was cut: user values must never be echoed unbounded.
+pub fn bounded(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= limit {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}… ({} bytes in all)", &text[..end], text.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_text_is_kept_whole() {
+        assert_eq!(bounded("abc", 3), "abc");
+    }
+
+    #[test]
+    fn long_text_is_cut_on_a_character_boundary_with_its_size() {
+        let text = "é".repeat(10);
+        assert_eq!(bounded(&text, 5), "éé… (20 bytes in all)");
+    }
+}

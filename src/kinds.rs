@@ -48,7 +48,10 @@ impl Kinds {
     pub async fn resolve(&mut self, client: &Client, set: &RuleSet) -> Result<(), UnknownKind> {
         for rule in &set.rules {
             let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
-            for (api_version, kind) in std::iter::once(watched).chain(rule.owned_kinds()) {
+            for (api_version, kind) in std::iter::once(watched)
+                .chain(rule.owned_kinds())
+                .chain(rule.lookup_kinds())
+            {
                 if self.get(&api_version, &kind).is_some() {
                     continue;
                 }

@@ -38,7 +38,8 @@ fn main() -> ExitCode {
             init_logging(log_format);
             let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("error: --{flag}: {e}"));
             let durations = (
-                parse("default-resync", &default_resync),
+                duration::parse_at_least(&default_resync, duration::MIN_RESYNC)
+                    .map_err(|e| format!("error: --default-resync: {e}")),
                 parse("reload-debounce", &reload_debounce),
                 parse("reload-interval", &reload_interval),
             );

@@ -5,7 +5,9 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::cli::{OutputFormat, Sources};
-use crate::plan::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE};
+use crate::plan::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
+use crate::plan::foreach::ANNOTATION_ITEM_KEY;
+use crate::plan::lookups::{LookupKey, LookupSource};
 use crate::plan::{self, Plan};
 use crate::rules::load::load;
 use crate::rules::{Rule, RuleSet};
@@ -93,11 +95,21 @@ pub fn render(
     let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
     let (parent, notes) = read_parent(file)?;
     let rule = rule_for(&set, &parent, file)?;
-    let observed = match observed_dir {
-        Some(dir) => read_observed(dir, rule, &parent)?,
+    let files = match observed_dir {
+        Some(dir) => read_observed(dir)?,
         None => Vec::new(),
     };
-    let plan = plan::plan(&set.renderer, rule, &parent, &observed, now).map_err(|e| {
+    let looked_up = ObservedLookups(files.clone());
+    let lookup_keys = wanted_lookups(&set, rule, &parent);
+    let observed: Vec<Value> = files
+        .into_iter()
+        .filter(|object| has_label(object, LABEL_CHILD) || !lookup_keys.iter().any(|k| looked_up.matches(object, k)))
+        .map(|mut object| {
+            adopt(&mut object, rule, &parent);
+            object
+        })
+        .collect();
+    let plan = plan::plan_with(&set.renderer, rule, &parent, &observed, &looked_up, now).map_err(|e| {
         CommandError(format!(
             "{}: error: {e}\n  the parent would get Ready=False (reason {}); nothing would be applied",
             file.display(),
@@ -175,12 +187,8 @@ fn rule_for<'a>(set: &'a RuleSet, parent: &Value, file: &Path) -> Result<&'a Rul
         })
 }
 
-/// Reads observed children, labelling unlabelled ones as this parent's children by kind.
-fn read_observed(dir: &Path, rule: &Rule, parent: &Value) -> Result<Vec<Value>, CommandError> {
-    let uid = parent
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or(PLACEHOLDER_UID);
+/// Reads every object of the `--observed` directory.
+fn read_observed(dir: &Path) -> Result<Vec<Value>, CommandError> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| CommandError(format!("{}: error: cannot read directory: {e}", dir.display())))?
         .flatten()
@@ -190,16 +198,54 @@ fn read_observed(dir: &Path, rule: &Rule, parent: &Value) -> Result<Vec<Value>, 
     files.sort();
     let mut observed = Vec::new();
     for path in files {
-        let docs = read_yaml_file(&path)?;
-        for mut object in docs {
-            adopt(&mut object, rule, uid);
-            observed.push(object);
-        }
+        observed.extend(read_yaml_file(&path)?);
     }
     Ok(observed)
 }
 
-fn adopt(object: &mut Value, rule: &Rule, uid: &str) {
+/// Looked-up objects offline: the `--observed` objects of the lookup's apiVersion, kind and
+/// name, in its namespace when the file sets one (a file without a namespace matches any, as
+/// observed children do).
+struct ObservedLookups(Vec<Value>);
+
+impl ObservedLookups {
+    fn matches(&self, object: &Value, key: &LookupKey) -> bool {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str);
+        text("/apiVersion") == Some(key.api_version.as_str())
+            && text("/kind") == Some(key.kind.as_str())
+            && text("/metadata/name") == Some(key.name.as_str())
+            && text("/metadata/namespace").is_none_or(|ns| ns == key.namespace)
+    }
+}
+
+impl LookupSource for ObservedLookups {
+    fn get(&self, key: &LookupKey) -> Option<Value> {
+        self.0.iter().find(|o| self.matches(o, key)).cloned()
+    }
+}
+
+/// The objects the parent's lookups read (none if they cannot be computed: planning reports why).
+fn wanted_lookups(set: &RuleSet, rule: &Rule, parent: &Value) -> Vec<LookupKey> {
+    let Ok(parent_ref) = ParentRef::read(parent) else {
+        return Vec::new();
+    };
+    let context = plan::context::build(parent, &std::collections::BTreeMap::new(), &rule.name, None);
+    plan::lookups::keys(&set.renderer, rule, &parent_ref, &context)
+        .map(|keys| keys.into_iter().filter_map(|(_, key)| key).collect())
+        .unwrap_or_default()
+}
+
+fn has_label(object: &Value, key: &str) -> bool {
+    object.pointer("/metadata/labels").and_then(|l| l.get(key)).is_some()
+}
+
+/// Labels an unlabelled observed object as this parent's child of the first child id of its kind.
+fn adopt(object: &mut Value, rule: &Rule, parent: &Value) {
+    let uid = parent
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or(PLACEHOLDER_UID)
+        .to_owned();
     let kind = object
         .get("kind")
         .and_then(Value::as_str)
@@ -231,17 +277,36 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
     for note in notes {
         out.push_str(&format!("# note: {note}\n"));
     }
+    if !plan.lookups.is_empty() {
+        out.push_str(&format!("# === lookups ({}) ===\n", plan.lookups.len()));
+        for read in &plan.lookups {
+            match (&read.target, read.found) {
+                (Some(target), true) => out.push_str(&format!("# {}: {target}: found\n", read.id)),
+                (Some(target), false) => out.push_str(&format!("# {}: {target}: absent (none)\n", read.id)),
+                (None, _) => out.push_str(&format!("# {}: name is empty: none\n", read.id)),
+            }
+        }
+    }
     out.push_str(&format!("# === children ({}) ===\n", plan.children.len()));
     for child in &plan.children {
-        out.push_str(&format!("---\n# child {:?}: {}\n", child.id, child.target));
+        let item = child
+            .object
+            .pointer(&format!(
+                "/metadata/annotations/{}",
+                ANNOTATION_ITEM_KEY.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            .map(|key| format!(" item {key:?}"))
+            .unwrap_or_default();
+        out.push_str(&format!("---\n# child {:?}{item}: {}\n", child.id, child.target));
         out.push_str(&yaml::to_string(&child.object));
     }
     if !plan.waiting.is_empty() {
         out.push_str(&format!("# === waiting ({}) ===\n", plan.waiting.len()));
-        for waiting in &plan.waiting {
+        for wait in &plan.waiting {
             out.push_str(&format!(
-                "# child {:?}: {}: {}\n",
-                waiting.id, waiting.target, waiting.reason
+                "# {}: waits for {:?}: {} (not applied, not pruned)\n",
+                wait.id, wait.on, wait.reason
             ));
         }
     }

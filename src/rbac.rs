@@ -4,7 +4,8 @@
 //! the rule needs the `ruleop.io/cleanup` finalizer (label-owned children or `on: delete`
 //! actions). Child kinds (cluster-scoped ones too): get/list/watch (the caches), create/patch
 //! (server-side apply) and delete (prune and cleanup). Kinds created by actions: create, plus
-//! get/list for `on: delete` actions (their `waitFor` reads the object). Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
+//! get/list for `on: delete` actions (their `waitFor` reads the object). Looked-up kinds:
+//! get/list/watch (read only). Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
 //! CRD files for custom kinds, so the role is computed offline.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,6 +76,9 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
         if rule.needs_finalizer() {
             // The `ruleop.io/cleanup` finalizer is a merge patch on the parent itself.
             grant(&watch.api_version, &watch.kind, "", &["patch"])?;
+        }
+        for lookup in &rule.spec.lookups {
+            grant(&lookup.api_version, &lookup.kind, "", &["get", "list", "watch"])?;
         }
         for action in &rule.spec.actions {
             let Some(create) = &action.create else { continue };

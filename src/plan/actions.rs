@@ -290,7 +290,9 @@ fn run(
     let (id, parent_ref) = (action.id.value.as_str(), scope.parent_ref);
     let name = object_name(&parent_ref.name, id, &key);
     let action_value = json!({"id": id, "key": key, "name": name, "guardValue": guard_value});
-    let context = context::build(scope.parent, scope.children, &rule.name, Some(("action", action_value)));
+    let mut entries = serde_json::Map::new();
+    entries.insert("action".to_owned(), action_value);
+    let context = context::extend(scope.context, entries);
     let effect = if let Some(create) = &action.create {
         let declared = Declared {
             id,

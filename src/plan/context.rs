@@ -93,3 +93,14 @@ pub fn build(
     }
     template::to_value(&context)
 }
+
+/// `base` with `entries` added or replacing its own: a lazy merge, the base is not copied.
+pub fn extend(base: &minijinja::Value, entries: serde_json::Map<String, Value>) -> minijinja::Value {
+    layer(base, template::to_value(&entries))
+}
+
+/// `base` seen through `top`: a key of `top` hides the same key of `base` (minijinja's
+/// `merge_maps` lets the last map win, whatever its doc example says).
+pub fn layer(base: &minijinja::Value, top: minijinja::Value) -> minijinja::Value {
+    minijinja::value::merge_maps([base.clone(), top])
+}

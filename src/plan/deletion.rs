@@ -212,8 +212,9 @@ fn empty(
     Plan {
         children: Vec::new(),
         prune: Vec::new(),
-        actions,
         waiting: Vec::new(),
+        lookups: Vec::new(),
+        actions,
         finalizer,
         deletion: Some(deletion),
         status_patch: None,

@@ -10,6 +10,10 @@ pub mod builtin;
 pub mod children;
 pub mod context;
 pub mod deletion;
+pub mod foreach;
+pub mod lookups;
+pub mod observed;
+pub mod order;
 pub mod scope;
 pub mod status;
 
@@ -24,6 +28,9 @@ use crate::template::{RenderError, Renderer};
 use actions::{ActionDecision, Scope};
 use children::{Declared, DesiredChild, ObjectRef, Placement};
 use context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
+use lookups::{LookupRead, LookupSource, NoLookups};
+use observed::Observed;
+use order::{Selected, Waiting};
 use status::WantedCondition;
 
 /// The condition type the engine manages unless a rule defines it.
@@ -63,6 +70,16 @@ pub enum PlanError {
         /// What is wrong with the rendered object.
         message: String,
     },
+    /// A `forEach` gave items that cannot become objects (duplicate or missing keys, too many).
+    #[error("child {id:?} (forEach at {at}): {message}")]
+    ForEach {
+        /// Child id.
+        id: String,
+        /// Where the `forEach` is written (file:line:col).
+        at: String,
+        /// What is wrong with the items.
+        message: String,
+    },
 }
 
 impl PlanError {
@@ -73,6 +90,7 @@ impl PlanError {
             PlanError::Render(_) => "RenderFailed",
             PlanError::InvalidChild { .. } => "InvalidChild",
             PlanError::NamespaceNotAllowed { .. } => "NamespaceNotAllowed",
+            PlanError::ForEach { .. } => "InvalidForEach",
         }
     }
 }
@@ -85,11 +103,12 @@ pub struct Plan {
     pub children: Vec<DesiredChild>,
     /// Observed children of this parent that are no longer desired.
     pub prune: Vec<ObjectRef>,
+    /// Desired children held back by `dependsOn` (not applied, not pruned).
+    pub waiting: Vec<Waiting>,
+    /// What each lookup read.
+    pub lookups: Vec<LookupRead>,
     /// One decision per action, in rule order.
     pub actions: Vec<ActionDecision>,
-    /// Desired children not applied in this reconcile (and not pruned), with the reason.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub waiting: Vec<scope::Waiting>,
     /// What happens to the parent's `ruleop.io/cleanup` finalizer.
     pub finalizer: deletion::FinalizerStep,
     /// The deletion in progress, when the parent is being deleted.
@@ -135,8 +154,9 @@ impl Plan {
     }
 }
 
-/// Computes the plan for one parent. `observed` holds the live objects of the rule's child
-/// kinds carrying this parent's UID label; `now` (RFC 3339) stamps changed conditions.
+/// Computes the plan for one parent of a rule without lookups (every lookup is `none`).
+/// `observed` holds the live objects of the rule's child kinds carrying this parent's UID
+/// label; `now` (RFC 3339) stamps changed conditions.
 pub fn plan(
     renderer: &Renderer,
     rule: &Rule,
@@ -144,16 +164,31 @@ pub fn plan(
     observed: &[Value],
     now: &str,
 ) -> Result<Plan, PlanError> {
+    plan_with(renderer, rule, parent, observed, &NoLookups, now)
+}
+
+/// Computes the plan for one parent, reading looked-up objects from `lookups`.
+pub fn plan_with(
+    renderer: &Renderer,
+    rule: &Rule,
+    parent: &Value,
+    observed: &[Value],
+    lookups: &dyn LookupSource,
+    now: &str,
+) -> Result<Plan, PlanError> {
     let parent_ref = ParentRef::read(parent)?;
     let ours: Vec<&Value> = observed
         .iter()
         .filter(|o| is_child_of(o, &rule.name, &parent_ref.uid))
         .collect();
-    let by_id: BTreeMap<String, &Value> = ours
-        .iter()
-        .filter_map(|o| Some((label(o, LABEL_CHILD)?.to_owned(), *o)))
-        .collect();
-    let context = context::build(parent, &by_id, &rule.name, None);
+    let grouped = Observed::group(rule, &ours);
+    let by_id = grouped.singles();
+    let parent_context = context::build(parent, &BTreeMap::new(), &rule.name, None);
+    let (lookups_read, looked_up) = lookups::resolve(renderer, rule, &parent_ref, &parent_context, lookups)?;
+    let mut entries = Map::new();
+    entries.insert("children".to_owned(), grouped.to_context());
+    entries.insert("lookups".to_owned(), looked_up);
+    let base = context::extend(&parent_context, entries);
     if deletion::is_deleting(parent) {
         let inputs = deletion::Inputs {
             renderer,
@@ -162,19 +197,38 @@ pub fn plan(
             parent_ref: &parent_ref,
             ours: &ours,
             children: &by_id,
-            context: &context,
+            context: &base,
             now,
         };
         return deletion::plan(&inputs);
     }
 
-    let mut desired = Vec::new();
+    // `when` and `forEach` see everything but `ready`, which depends on what they select.
+    let mut selected = Vec::new();
     for child in &rule.spec.children {
         if let Some(when) = &child.when {
             let label = rule.inline_template(&format!("children.{}.when", child.id.value));
-            if !renderer.eval_bool(&label, &when.value, &context)? {
+            if !renderer.eval_bool(&label, &when.value, &base)? {
                 continue;
             }
+        }
+        let items = match &child.for_each {
+            Some(for_each) => Some(foreach::items(renderer, rule, child, for_each, &base)?),
+            None => None,
+        };
+        selected.push(Selected { child, items });
+    }
+    let readiness = order::readiness(renderer, rule, &selected, &grouped, &base);
+    let mut entries = Map::new();
+    entries.insert("ready".to_owned(), order::ready_context(&readiness));
+    let context = context::extend(&base, entries);
+
+    let mut desired = Vec::new();
+    let mut waiting = Vec::new();
+    for Selected { child, items } in &selected {
+        if let Some(wait) = order::waits_for(child, &readiness) {
+            waiting.push(wait);
+            continue;
         }
         let declared = Declared {
             id: &child.id.value,
@@ -185,24 +239,45 @@ pub fn plan(
                 cluster_scoped: rule.is_cluster_scoped(&child.api_version, &child.kind),
             },
         };
-        desired.push(children::desired_child(
-            renderer,
-            &declared,
-            child.on_immutable_change,
-            &parent_ref,
-            &rule.name,
-            &context,
-        )?);
+        let render = |context: &minijinja::Value| {
+            children::desired_child(
+                renderer,
+                &declared,
+                child.on_immutable_change,
+                &parent_ref,
+                &rule.name,
+                context,
+            )
+        };
+        let Some(items) = items else {
+            desired.push(render(&context)?);
+            continue;
+        };
+        let mut targets: BTreeMap<ObjectRef, &str> = BTreeMap::new();
+        for item in items {
+            let mut rendered = render(&foreach::item_context(&context, item))?;
+            foreach::mark(&mut rendered.object, &item.key);
+            if let Some(other) = targets.insert(rendered.target.clone(), &item.key) {
+                return Err(PlanError::InvalidChild {
+                    id: child.id.value.clone(),
+                    template: child.template.value.clone(),
+                    message: format!(
+                        "items {other:?} and {:?} both render {}; make the name depend on item_key",
+                        item.key, rendered.target
+                    ),
+                });
+            }
+            desired.push(rendered);
+        }
     }
-    let (desired, waiting) = scope::guard(rule, &parent_ref, desired, &ours)?;
-    let wanted: BTreeSet<&ObjectRef> = desired
-        .iter()
-        .map(|c| &c.target)
-        .chain(waiting.iter().map(|w| &w.target))
-        .collect();
+    let (desired, held_by_namespace) = scope::guard(rule, &parent_ref, desired, &ours)?;
+    waiting.extend(held_by_namespace);
+    let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
+    // A child waiting for its dependencies keeps what it has: never prune because of an order.
+    let held: BTreeSet<&str> = waiting.iter().map(|w| w.id.as_str()).collect();
     let prune = ours
         .iter()
-        .filter(|o| label(o, LABEL_CHILD).is_some())
+        .filter(|o| label(o, LABEL_CHILD).is_some_and(|id| !held.contains(id)))
         .filter_map(|o| ObjectRef::of(o))
         .filter(|target| !wanted.contains(target))
         .collect();
@@ -228,9 +303,9 @@ pub fn plan(
             FieldSource::Template(_) => {
                 json!(renderer.render_text(&rule.inline_template(&format!("status.fields.{field}")), &context)?)
             }
-            FieldSource::FromChild(from) => by_id
-                .get(&from.child)
-                .and_then(|child| first_match(child, &from.json_path))
+            FieldSource::FromChild(from) => grouped
+                .value(&from.child)
+                .and_then(|child| first_match(&child, &from.json_path))
                 .unwrap_or(Value::Null),
         };
         managed.insert(field.clone(), value);
@@ -243,12 +318,13 @@ pub fn plan(
         .map(|c| evaluate_condition(renderer, rule, c, &context))
         .collect::<Result<Vec<_>, _>>()?;
     if !wanted_conditions.iter().any(|c| c.type_ == READY) {
-        wanted_conditions.push(WantedCondition {
-            type_: READY.to_owned(),
-            status: true,
-            reason: "Reconciled".to_owned(),
-            message: format!("children applied: {}", desired.len()),
-        });
+        wanted_conditions.push(order::default_ready(
+            rule,
+            &selected,
+            &readiness,
+            &waiting,
+            desired.len(),
+        ));
     }
     let status = DesiredStatus {
         generation: parent_ref.generation,
@@ -259,8 +335,9 @@ pub fn plan(
     Ok(Plan {
         children: desired,
         prune,
-        actions,
         waiting,
+        lookups: lookups_read,
+        actions,
         finalizer: deletion::finalizer_step(renderer, rule, parent, &context)?,
         deletion: None,
         status_patch,

@@ -6,14 +6,14 @@
 //! `ruleop.io/parent-uid`) plus the `ruleop.io/parent` annotation that maps its watch events
 //! back to the parent, and deleted through the parent's finalizer.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::PlanError;
 use super::children::{DesiredChild, ObjectRef, Placement};
 use super::context::ParentRef;
+use super::order::Waiting;
 use crate::rules::Rule;
 
 /// Annotation on label-owned children: `<namespace>/<name>` of the parent, so a watch event on
@@ -59,24 +59,12 @@ pub fn is_label_owned(object: &Value, parent_namespace: &str) -> bool {
         .is_none_or(|ns| ns.is_empty() || ns != parent_namespace)
 }
 
-/// A child that is desired but not applied yet, and why (it is not pruned either).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Waiting {
-    /// The child's id.
-    pub id: String,
-    /// Identity of the object.
-    #[serde(flatten)]
-    pub target: ObjectRef,
-    /// Why it waits.
-    pub reason: String,
-}
-
 /// The confused-deputy guard. A child's namespace must be the parent's, one in the rule's
 /// `spec.allowedNamespaces`, or a Namespace this parent owns as a child: desired in this plan
 /// *and* observed carrying this parent's labels (so a parent cannot claim an existing namespace
 /// by rendering a Namespace child of that name: ruleop never adopts one, see `apply`). Children
-/// into a desired Namespace not observed yet wait for it. Anything else fails the whole plan.
+/// into a desired Namespace not observed yet wait for it (like a `dependsOn`: not applied, not
+/// pruned). Anything else fails the whole plan.
 pub fn guard(
     rule: &Rule,
     parent: &ParentRef,
@@ -84,15 +72,16 @@ pub fn guard(
     ours: &[&Value],
 ) -> Result<(Vec<DesiredChild>, Vec<Waiting>), PlanError> {
     let is_namespace = |api_version: &str, kind: &str| api_version == "v1" && kind == "Namespace";
-    let wanted: BTreeSet<String> = desired
+    // Namespace name -> id of the child that renders it.
+    let namespaces: BTreeMap<String, String> = desired
         .iter()
         .filter(|c| is_namespace(&c.target.api_version, &c.target.kind))
-        .map(|c| c.target.name.clone())
+        .map(|c| (c.target.name.clone(), c.id.clone()))
         .collect();
     let observed: BTreeSet<String> = ours
         .iter()
         .filter_map(|o| ObjectRef::of(o))
-        .filter(|o| is_namespace(&o.api_version, &o.kind) && wanted.contains(&o.name))
+        .filter(|o| is_namespace(&o.api_version, &o.kind) && namespaces.contains_key(&o.name))
         .map(|o| o.name)
         .collect();
     let mut applied = Vec::with_capacity(desired.len());
@@ -105,12 +94,14 @@ pub fn guard(
             || observed.contains(ns)
         {
             applied.push(child);
-        } else if wanted.contains(ns) {
-            waiting.push(Waiting {
-                id: child.id.clone(),
-                reason: format!("waiting for Namespace {ns} (a child of this parent) to exist"),
-                target: child.target,
-            });
+        } else if let Some(owner) = namespaces.get(ns) {
+            if !waiting.iter().any(|w: &Waiting| w.id == child.id) {
+                waiting.push(Waiting {
+                    id: child.id.clone(),
+                    on: owner.clone(),
+                    reason: format!("Namespace {ns} (a child of this parent) does not exist yet"),
+                });
+            }
         } else {
             return Err(PlanError::NamespaceNotAllowed {
                 id: child.id,

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::model::{
-    ActionSpec, ActionTrigger, FieldSource, Located, RULE_API_VERSION, RULE_KIND, RuleDocument, RuleSpec,
+    ActionSpec, ActionTrigger, ChildSpec, FieldSource, Located, LookupSpec, RULE_API_VERSION, RULE_KIND, RuleDocument,
+    RuleSpec,
 };
 use super::{Rule, RuleSet, duration, inline_template_name};
 use crate::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
@@ -233,17 +234,20 @@ impl RuleChecker<'_> {
         if spec.watch.kind.is_empty() {
             self.report(name_at.clone(), "spec.watch.kind must not be empty", None);
         }
-        let resync = spec.resync.as_ref().and_then(|r| match duration::parse(&r.value) {
-            Ok(d) => Some(d),
-            Err(e) => {
-                self.report(
-                    self.at(r),
-                    format!("spec.resync: {e}"),
-                    Some("write e.g. 30s, 10m or 1h"),
-                );
-                None
-            }
-        });
+        let resync =
+            spec.resync
+                .as_ref()
+                .and_then(|r| match duration::parse_at_least(&r.value, duration::MIN_RESYNC) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        self.report(
+                            self.at(r),
+                            format!("spec.resync: {e}"),
+                            Some("write e.g. 30s, 10m or 1h (at least 1s)"),
+                        );
+                        None
+                    }
+                });
         if spec.max_concurrent_reconciles == Some(0) {
             self.report(name_at.clone(), "spec.maxConcurrentReconciles must be at least 1", None);
         }
@@ -255,7 +259,12 @@ impl RuleChecker<'_> {
             if let Some(when) = &child.when {
                 self.check_expression(when, &format!("spec.children[{i}].when"));
             }
+            self.check_collection(&name, i, child);
         }
+        for problem in crate::plan::order::graph_problems(&spec.children) {
+            self.report(self.at(problem.at), problem.message, Some(&problem.hint));
+        }
+        self.check_lookups(&name, &spec.lookups);
         let mut action_ids = BTreeMap::new();
         for action in &spec.actions {
             self.check_id(&action.id, "action", &mut action_ids);
@@ -388,6 +397,83 @@ impl RuleChecker<'_> {
         }
     }
 
+    /// `forEach`, `key`, `maxItems` and `readyWhen` of one child. Whether a `forEach` needs a
+    /// `key` depends on its items (strings do not), which only rendering knows.
+    fn check_collection(&mut self, rule: &str, i: usize, child: &ChildSpec) {
+        let id = &child.id.value;
+        if let Some(for_each) = &child.for_each {
+            self.check_expression(for_each, &format!("spec.children[{i}].forEach"));
+        } else {
+            if let Some(key) = &child.key {
+                self.report(
+                    self.at(key),
+                    format!("child {id:?}: key is set but forEach is not"),
+                    Some("key names the items of a forEach; remove it or add forEach"),
+                );
+            }
+            if child.max_items.is_some() {
+                self.report(
+                    self.at(&child.id),
+                    format!("child {id:?}: maxItems is set but forEach is not"),
+                    None,
+                );
+            }
+        }
+        if let Some(key) = &child.key {
+            self.compile_inline(rule, &format!("children.{id}.key"), &key.value, self.at(key));
+        }
+        if child.max_items == Some(0) {
+            self.report(
+                self.at(&child.id),
+                format!("child {id:?}: maxItems must be at least 1"),
+                None,
+            );
+        }
+        if let Some(ready_when) = &child.ready_when {
+            self.check_expression(ready_when, &format!("spec.children[{i}].readyWhen"));
+        }
+    }
+
+    /// Ids, kinds and the name and namespace templates of the lookups.
+    fn check_lookups(&mut self, rule: &str, lookups: &[LookupSpec]) {
+        let mut ids = BTreeMap::new();
+        for lookup in lookups {
+            let id = &lookup.id.value;
+            self.check_id(&lookup.id, "lookup", &mut ids);
+            if !lookup.api_version.contains('/') && lookup.api_version != "v1" {
+                self.report(
+                    self.at(&lookup.id),
+                    format!(
+                        "lookup {id:?}: apiVersion {:?} must be group/version or v1",
+                        lookup.api_version
+                    ),
+                    None,
+                );
+            }
+            if lookup.kind.is_empty() {
+                self.report(
+                    self.at(&lookup.id),
+                    format!("lookup {id:?}: kind must not be empty"),
+                    None,
+                );
+            }
+            self.compile_inline(
+                rule,
+                &format!("lookups.{id}.name"),
+                &lookup.name.value,
+                self.at(&lookup.name),
+            );
+            if let Some(namespace) = &lookup.namespace {
+                self.compile_inline(
+                    rule,
+                    &format!("lookups.{id}.namespace"),
+                    &namespace.value,
+                    self.at(namespace),
+                );
+            }
+        }
+    }
+
     fn check_action(&mut self, rule: &str, action: &ActionSpec) {
         let at = self.at(&action.id);
         let id = &action.id.value;
@@ -436,7 +522,7 @@ impl RuleChecker<'_> {
                     self.compile_inline(rule, &format!("actions.{id}.http.headers.{header}"), value, at.clone());
                 }
                 if let Some(timeout) = &http.timeout
-                    && let Err(e) = duration::parse(timeout)
+                    && let Err(e) = duration::parse_at_least(timeout, std::time::Duration::from_millis(1))
                 {
                     self.report(at.clone(), format!("action {id:?}: http.timeout: {e}"), None);
                 }
@@ -483,11 +569,7 @@ impl RuleChecker<'_> {
                 );
             }
             if let Err(e) = duration::parse(&timeout.value) {
-                self.report(
-                    self.at(timeout),
-                    format!("action {id:?}: timeout: {e}"),
-                    Some("write e.g. 30s, 10m or 1h"),
-                );
+                self.report(self.at(timeout), format!("action {id:?}: timeout: {e}"), None);
             }
         }
     }

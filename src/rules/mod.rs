@@ -41,6 +41,20 @@ impl Rule {
         self.spec.children.iter().find(|c| c.id.value == id)
     }
 
+    /// The `(apiVersion, kind)` of every kind the rule looks up (read-only, watched without a
+    /// label selector).
+    pub fn lookup_kinds(&self) -> Vec<(String, String)> {
+        let mut kinds: Vec<_> = self
+            .spec
+            .lookups
+            .iter()
+            .map(|l| (l.api_version.clone(), l.kind.clone()))
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+
     /// Whether objects of this kind are cluster-scoped (as far as the rule set knows).
     pub fn is_cluster_scoped(&self, api_version: &str, kind: &str) -> bool {
         self.cluster_scoped.contains(&(api_version.to_owned(), kind.to_owned()))

@@ -59,6 +59,9 @@ pub struct RuleSpec {
     /// reconciles twice at the same time.
     #[serde(default)]
     pub max_concurrent_reconciles: Option<u16>,
+    /// Read-only objects the rule reads but does not own, in the context as `lookups.<id>`.
+    #[serde(default)]
+    pub lookups: Vec<LookupSpec>,
     /// Desired child objects, applied server-side on every reconcile.
     #[serde(default)]
     pub children: Vec<ChildSpec>,
@@ -112,6 +115,53 @@ pub struct ChildSpec {
     /// What to do when an apply is rejected because an immutable field changed.
     #[serde(default)]
     pub on_immutable_change: ImmutableChangePolicy,
+    /// Jinja expression giving a list or a map: one object per item, the template sees `item`
+    /// and `item_key`. Objects are identified by their key, never by their position.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub for_each: Option<Located<String>>,
+    /// Jinja template giving each item's stable identity, e.g. `"{{ item.name }}"`. Needed when
+    /// the items of a `forEach` list are not strings (a map's items default to their map key).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub key: Option<Located<String>>,
+    /// Most items a `forEach` may give (default 500); more is an error, not a flood of objects.
+    #[serde(default)]
+    pub max_items: Option<u32>,
+    /// Jinja expression over the observed child as `object`: whether it is ready. Default: it
+    /// is ready when it exists.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub ready_when: Option<Located<String>>,
+    /// Ids of children that must exist and be ready before this one is applied.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub depends_on: Vec<Located<String>>,
+}
+
+/// Items of one `forEach` child when the rule does not set `maxItems`.
+pub const DEFAULT_MAX_ITEMS: u32 = 500;
+
+/// A read-only object the rule reads (never writes): `lookups.<id>` in the context, or none
+/// when it does not exist.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LookupSpec {
+    /// Unique within the rule; the key in `lookups.<id>`.
+    #[schemars(with = "String")]
+    pub id: Located<String>,
+    /// `group/version` of the object, e.g. `v1`.
+    pub api_version: String,
+    /// Kind of the object, e.g. `ConfigMap`.
+    pub kind: String,
+    /// Name of the object (a Jinja template over the parent); empty means no lookup (none).
+    #[schemars(with = "String")]
+    pub name: Located<String>,
+    /// Namespace of the object (a Jinja template over the parent); default: the parent's.
+    /// Ignored for cluster-scoped kinds.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub namespace: Option<Located<String>>,
 }
 
 /// Reaction to an apply rejected because an immutable field changed.
