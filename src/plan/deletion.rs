@@ -198,6 +198,16 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<Plan, PlanError> {
         .filter(|o| o.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null))
         .filter_map(|o| ObjectRef::of(o))
         .collect();
+    // Deleting a Namespace deletes what is in it: no request per object inside.
+    let namespaces: Vec<String> = cleanup
+        .iter()
+        .filter(|o| o.api_version == "v1" && o.kind == "Namespace")
+        .map(|o| o.name.clone())
+        .collect();
+    let cleanup: Vec<ObjectRef> = cleanup
+        .into_iter()
+        .filter(|o| !namespaces.contains(&o.namespace))
+        .collect();
     let mut plan = empty(status, deletion, FinalizerStep::Remove, decisions);
     plan.prune = cleanup;
     Ok(plan)
