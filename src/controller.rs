@@ -9,6 +9,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::channel::{mpsc, oneshot};
 use kube::api::{Api, DynamicObject};
+use kube::core::DynamicResourceScope;
+use kube::discovery::ApiResource;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
@@ -20,9 +22,10 @@ use tracing::{debug, info, warn};
 
 use crate::admin::AdminState;
 use crate::apply::children::{ChildOutcome, apply_child, delete};
-use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, actions, cleanup, events};
+use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, actions, api_error, cleanup, events};
 use crate::child_index::ChildIndex;
 use crate::clock::now_rfc3339;
+use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::kinds::{Kinds, ServedKind};
 use crate::plan::children::ObjectRef as ChildRef;
 use crate::plan::context::LABEL_RULE;
@@ -31,6 +34,7 @@ use crate::plan::scope::ANNOTATION_PARENT;
 use crate::plan::{self, Plan, PlanError};
 use crate::rules::model::ActionTrigger;
 use crate::rules::{Rule, RuleSet};
+use crate::watch::UndecodableReporter;
 
 /// Reconciles per rule when the rule does not say.
 pub const DEFAULT_CONCURRENCY: u16 = 5;
@@ -62,11 +66,45 @@ impl Shared {
         }
     }
 
-    fn api(&self, served: &ServedKind) -> Api<DynamicObject> {
+    fn api<K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>>(&self, served: &ServedKind) -> Api<K> {
         match &self.namespace {
             Some(ns) if served.namespaced => Api::namespaced_with(self.client.clone(), ns, &served.resource),
             _ => Api::all_with(self.client.clone(), &served.resource),
         }
+    }
+
+    /// A watch of one kind for one rule that counts for readiness and skips (and reports)
+    /// objects that do not decode.
+    fn watch(
+        &self,
+        rule: &Rule,
+        served: &ServedKind,
+        config: watcher::Config,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+        self.watch_with(rule, served, self.api(served), config)
+    }
+
+    /// Like [`Shared::watch`], through a given API handle (e.g. all namespaces).
+    fn watch_with(
+        &self,
+        rule: &Rule,
+        served: &ServedKind,
+        api: Api<crate::watch::Tolerant>,
+        config: watcher::Config,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+        let resource = &served.resource;
+        let token = self.admin.health.register_watch(format!(
+            "rule {:?}: watch of {} ({})",
+            rule.name, resource.kind, resource.api_version
+        ));
+        let admin = self.admin.clone();
+        let kind = resource.kind.clone();
+        let reporter = UndecodableReporter::new(resource.clone(), self.recorder.clone(), move || {
+            admin
+                .metrics
+                .inc("ruleop_undecodable_objects_total", &[("kind", &kind)]);
+        });
+        crate::watch::watch(api, config, token, Arc::new(reporter))
     }
 }
 
@@ -178,8 +216,8 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     }
     let parent_writer = Writer::new(parent_kind.resource.clone());
     let parent_store = parent_writer.as_reader();
-    let parents = watcher(shared.api(&parent_kind), config)
-        .default_backoff()
+    let parents = shared
+        .watch(rule, &parent_kind, config)
         .modify(slim)
         .reflect(parent_writer)
         .applied_objects();
@@ -201,8 +239,8 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         } else {
             shared.api(served)
         };
-        let stream = watcher(api, ours)
-            .default_backoff()
+        let stream = shared
+            .watch_with(rule, served, api, ours)
             .modify(slim)
             .inspect(move |event| {
                 if let Ok(event) = event {
@@ -274,6 +312,11 @@ async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<
         return Ok(Action::await_change());
     }
     let started = std::time::Instant::now();
+    let _in_flight = ctx.shared.admin.health.reconcile_started(format!(
+        "rule {:?} parent {namespace}/{}",
+        rule.name,
+        parent.name_any()
+    ));
     let result = reconcile_parent(&ctx, &set, rule, &kinds, &parent, &namespace).await;
     debug!(parent = %parent.name_any(), elapsed = ?started.elapsed(), ok = result.is_ok(), "reconciled");
     let outcome = match &result {
@@ -338,6 +381,9 @@ async fn reconcile_parent(
             return Err(e.into());
         }
     };
+    for problem in &plan.status_problems {
+        warn!(parent = %handle.name, problem = %bounded(problem, MESSAGE_LIMIT), "status expression failed");
+    }
     let retry = plan.next_retry();
     match apply_plan(&cluster, &handle, rule, plan, parent_json.clone(), &observed, &now).await {
         Ok(actions_ran) => {
@@ -482,14 +528,15 @@ async fn report_failure(
     message: &str,
     now: &str,
 ) {
-    warn!(parent = %handle.name, reason, message, "reconcile failed");
-    let Some(patch) = plan::failure_status_patch(parent, reason, message, now) else {
+    let message = bounded(message, MESSAGE_LIMIT);
+    warn!(parent = %handle.name, reason, message = %message, "reconcile failed");
+    let Some(patch) = plan::failure_status_patch(parent, reason, &message, now) else {
         return;
     };
     if let Err(e) = cluster.patch_status(handle, &patch).await {
-        warn!(parent = %handle.name, error = %e, "writing the failure status failed");
+        warn!(parent = %handle.name, error = %api_error::describe(&e), "writing the failure status failed");
     }
-    events::publish(cluster, handle, None, EventType::Warning, reason, message.to_owned());
+    events::publish(cluster, handle, None, EventType::Warning, reason, message.into_owned());
 }
 
 fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<RuleContext>) -> Action {

@@ -24,7 +24,8 @@ pub struct CommandError(pub String);
 /// `ruleop check`: the summary line on success.
 pub fn check(sources: &Sources) -> Result<String, CommandError> {
     let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
-    let warnings = safe_filter_warnings(&sources.templates);
+    let mut warnings = safe_filter_warnings(&sources.templates);
+    warnings.extend(crate::rules::lint::warnings(&set));
     let mut report = warnings.join("\n");
     if !report.is_empty() {
         report.push('\n');
@@ -328,6 +329,9 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
     }
     print_lifecycle(&mut out, plan);
     out.push_str("# === status patch ===\n");
+    for problem in &plan.status_problems {
+        out.push_str(&commented(&format!("warning: {problem}"), "# "));
+    }
     match &plan.status_patch {
         Some(patch) => out.push_str(&commented(&yaml::to_string(patch), "# ")),
         None => out.push_str("# (none: status already up to date)\n"),

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -16,6 +15,7 @@ use tracing::{error, info, warn};
 use crate::admin::{self, AdminState};
 use crate::cli::Sources;
 use crate::controller::{self, RunningController, Shared, child_kinds};
+use crate::health::Health;
 use crate::kinds::Kinds;
 use crate::rules::RuleSet;
 use crate::rules::load::load;
@@ -116,6 +116,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     kinds.resolve(&client, &set).await?;
     check_scopes(&mut set, &kinds)?;
     let admin = Arc::new(AdminState::default());
+    Health::spawn_heartbeat(admin.health.clone());
     let bound = admin::serve(settings.admin_addr, admin.clone())
         .await
         .context("binding the admin address")?;
@@ -135,7 +136,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let mut supervisor = Supervisor::new(shared.clone());
     let (set, kinds) = shared.snapshot();
     supervisor.sync(&set, &kinds).await?;
-    admin.ready.store(true, Ordering::Relaxed);
+    admin.health.set_started(true);
     info!(rules = set.rules.len(), "ruleop running");
     let mut reloader = Reloader {
         fingerprint: fingerprint(&settings.sources.rules, &settings.sources.templates),
@@ -162,7 +163,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         }
     }
     info!("shutting down: letting in-flight reconciles finish");
-    admin.ready.store(false, Ordering::Relaxed);
+    admin.health.set_started(false);
     reloader.supervisor.shutdown().await;
     Ok(())
 }

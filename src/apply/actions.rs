@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{ApplyError, Cluster, ParentHandle};
 use crate::plan::DesiredStatus;
 use crate::plan::actions::{ActionDecision, Effect, HttpRequest, RunRecord, phase};
-use crate::plan::status::{WantedCondition, merge_conditions};
+use crate::plan::status::{ConditionStatus, WantedCondition, merge_conditions};
 use crate::rules::model::ActionSpec;
 
 /// Condition summarising action failures; `False` while an action is failing.
@@ -89,7 +89,7 @@ pub async fn run(
             {
                 wanted.push(WantedCondition {
                     type_: condition.clone(),
-                    status: true,
+                    status: ConditionStatus::True,
                     reason: "ActionRan".to_owned(),
                     message: format!("action {id} ran for {guard_value} (key {key}) at {now}"),
                 });
@@ -100,7 +100,7 @@ pub async fn run(
             {
                 wanted.push(WantedCondition {
                     type_: ACTIONS_CONDITION.to_owned(),
-                    status: true,
+                    status: ConditionStatus::True,
                     reason: "ActionRan".to_owned(),
                     message: format!("action {id} succeeded for {guard_value} on attempt {attempt}"),
                 });
@@ -114,7 +114,7 @@ pub async fn run(
             json!({"phase": phase::FAILED, "error": message, "failedAt": now}),
             vec![WantedCondition {
                 type_: ACTIONS_CONDITION.to_owned(),
-                status: false,
+                status: ConditionStatus::False,
                 reason: "ActionFailed".to_owned(),
                 message: format!("action {id} failed for {guard_value} (key {key}) on attempt {attempt}: {message}"),
             }],
@@ -160,7 +160,7 @@ async fn create(cluster: &Cluster<'_>, object: &Value) -> Result<(), String> {
     match api.create(&PostParams::default(), &typed).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(super::api_error::describe(&e)),
     }
 }
 

@@ -6,7 +6,11 @@ use tracing::warn;
 use k8s_openapi::api::core::v1::ObjectReference;
 
 use super::{Cluster, ParentHandle};
+use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::plan::children::ObjectRef;
+
+/// Longest Event note sent, before the `… (N bytes in all)` suffix.
+const NOTE_LIMIT: usize = 960;
 
 /// Publishes an Event on the parent, about `child` when given (Events with the same reason
 /// about different children stay separate instead of folding into one series). Sent in the
@@ -19,14 +23,8 @@ pub fn publish(
     reason: &str,
     note: String,
 ) {
-    let mut note = note;
-    if note.len() > 1000 {
-        let mut cut = 1000;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-    }
+    // The API server refuses Event notes over 1 KiB; leave room for the size suffix.
+    let note = bounded(&note, NOTE_LIMIT).into_owned();
     let event = Event {
         type_,
         reason: reason.to_owned(),
@@ -44,7 +42,7 @@ pub fn publish(
     let (recorder, reference, name) = (cluster.recorder.clone(), parent.reference.clone(), parent.name.clone());
     tokio::spawn(async move {
         if let Err(e) = recorder.publish(&event, &reference).await {
-            warn!(parent = %name, error = %e, "publishing an Event failed");
+            warn!(parent = %name, error = %bounded(&e.to_string(), MESSAGE_LIMIT), "publishing an Event failed");
         }
     });
 }

@@ -3,6 +3,7 @@
 //! differs from the plan, so reconciling a converged parent writes nothing.
 
 pub mod actions;
+pub mod api_error;
 pub mod children;
 pub mod cleanup;
 pub mod compare;
@@ -14,6 +15,7 @@ use kube::runtime::events::Recorder;
 use serde_json::Value;
 
 use crate::admin::AdminState;
+use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::kinds::{Kinds, ServedKind};
 use crate::plan::children::ObjectRef;
 
@@ -27,7 +29,7 @@ pub enum ApplyError {
     #[error("{0} is not a resolved kind")]
     UnknownKind(String),
     /// The API server rejected or failed a write to a child.
-    #[error("applying {target} failed: {source}")]
+    #[error("applying {target} failed: {}", api_error::describe(source))]
     Child {
         /// The child.
         target: ObjectRef,
@@ -36,7 +38,10 @@ pub enum ApplyError {
         source: Box<kube::Error>,
     },
     /// A child's apply changed an immutable field and its rule says to report it.
-    #[error("{target} cannot be updated in place: {message} (set onImmutableChange: recreate to replace it)")]
+    #[error(
+        "{target} cannot be updated in place: {} (set onImmutableChange: recreate to replace it)",
+        bounded(message, MESSAGE_LIMIT)
+    )]
     Immutable {
         /// The child.
         target: ObjectRef,
@@ -44,7 +49,7 @@ pub enum ApplyError {
         message: String,
     },
     /// Deleting a child no longer desired failed.
-    #[error("pruning {target} failed: {source}")]
+    #[error("pruning {target} failed: {}", api_error::describe(source))]
     Prune {
         /// The child.
         target: ObjectRef,
@@ -53,7 +58,7 @@ pub enum ApplyError {
         source: Box<kube::Error>,
     },
     /// Writing the parent's status failed.
-    #[error("writing status failed: {0}")]
+    #[error("writing status failed: {}", api_error::describe(.0))]
     Status(#[source] Box<kube::Error>),
     /// Adding or removing the parent's finalizer failed.
     #[error("updating the parent's finalizer failed: {0}")]
@@ -74,7 +79,7 @@ pub enum ApplyError {
     #[error("the parent changed while recording action {0:?}; retrying")]
     Conflict(String),
     /// An action's effect failed.
-    #[error("action {id:?} failed: {message}")]
+    #[error("action {id:?} failed: {}", bounded(message, MESSAGE_LIMIT))]
     Action {
         /// Action id.
         id: String,

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
-use super::{PlanError, builtin, scope};
+use super::{PlanError, builtin, names, scope};
 use crate::rules::model::ImmutableChangePolicy;
 use crate::template::Renderer;
 use crate::yaml;
@@ -159,7 +159,9 @@ pub fn render_object(
             );
         }
     }
-    builtin::check_types(&object).map_err(invalid)?;
+    builtin::check_types(&object).map_err(&invalid)?;
+    let is_builtin = builtin::plural(declared.api_version, declared.kind).is_some();
+    names::check_keys(&object, is_builtin).map_err(invalid)?;
     Ok(object)
 }
 
@@ -180,6 +182,11 @@ pub fn desired_child(
         id: declared.id.to_owned(),
         template: declared.template.to_owned(),
         message: "rendered object has no metadata.name".to_owned(),
+    })?;
+    names::check_name(&object).map_err(|message| PlanError::InvalidChild {
+        id: declared.id.to_owned(),
+        template: declared.template.to_owned(),
+        message,
     })?;
     Ok(DesiredChild {
         id: declared.id.to_owned(),

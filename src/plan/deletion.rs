@@ -229,6 +229,7 @@ fn empty(
         deletion: Some(deletion),
         status_patch: None,
         status,
+        status_problems: Vec::new(),
     }
 }
 

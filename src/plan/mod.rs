@@ -12,10 +12,12 @@ pub mod context;
 pub mod deletion;
 pub mod foreach;
 pub mod lookups;
+pub mod names;
 pub mod observed;
 pub mod order;
 pub mod scope;
 pub mod status;
+pub mod status_eval;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,7 +25,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::rules::Rule;
-use crate::rules::model::{ActionTrigger, ConditionSpec, FieldSource};
+use crate::rules::model::ActionTrigger;
 use crate::template::{RenderError, Renderer};
 use actions::{ActionDecision, Scope};
 use children::{Declared, DesiredChild, ObjectRef, Placement};
@@ -31,7 +33,7 @@ use context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use lookups::{LookupRead, LookupSource, NoLookups};
 use observed::Observed;
 use order::{Selected, Waiting};
-use status::WantedCondition;
+use status::{ConditionStatus, WantedCondition};
 
 /// The condition type the engine manages unless a rule defines it.
 pub const READY: &str = "Ready";
@@ -119,6 +121,10 @@ pub struct Plan {
     /// What the status should hold, to merge into a later write (after actions changed it).
     #[serde(skip)]
     pub status: DesiredStatus,
+    /// Status fields and conditions whose evaluation failed (located in the rule file); the
+    /// children are planned regardless.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub status_problems: Vec<String>,
 }
 
 /// The status fields and conditions a plan wants, independent of the status it was planned on.
@@ -208,7 +214,10 @@ pub fn plan_with(
     for child in &rule.spec.children {
         if let Some(when) = &child.when {
             let label = rule.inline_template(&format!("children.{}.when", child.id.value));
-            if !renderer.eval_bool(&label, &when.value, &base)? {
+            let holds = renderer
+                .eval_bool(&label, &when.value, &base)
+                .map_err(|e| status_eval::relocate(rule, when, e))?;
+            if !holds {
                 continue;
             }
         }
@@ -297,26 +306,11 @@ pub fn plan_with(
         .map(|action| actions::decide(renderer, rule, action, &scope))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let mut managed = Map::new();
-    for (field, source) in &rule.spec.status.fields {
-        let value = match &source.value {
-            FieldSource::Template(_) => {
-                json!(renderer.render_text(&rule.inline_template(&format!("status.fields.{field}")), &context)?)
-            }
-            FieldSource::FromChild(from) => grouped
-                .value(&from.child)
-                .and_then(|child| first_match(&child, &from.json_path))
-                .unwrap_or(Value::Null),
-        };
-        managed.insert(field.clone(), value);
-    }
-    let mut wanted_conditions = rule
-        .spec
-        .status
-        .conditions
-        .iter()
-        .map(|c| evaluate_condition(renderer, rule, c, &context))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Status is evaluated apart from children: a failing status expression costs only its
+    // own field or condition (Unknown), never the children it reports on.
+    let evaluated = status_eval::evaluate(renderer, rule, &grouped, &context);
+    let managed = evaluated.fields;
+    let mut wanted_conditions = evaluated.conditions;
     if !wanted_conditions.iter().any(|c| c.type_ == READY) {
         wanted_conditions.push(order::default_ready(
             rule,
@@ -342,6 +336,7 @@ pub fn plan_with(
         deletion: None,
         status_patch,
         status,
+        status_problems: evaluated.problems,
     })
 }
 
@@ -355,9 +350,9 @@ pub fn failure_status_patch(parent: &Value, reason: &str, message: &str, now: &s
         .unwrap_or(0);
     let wanted = [WantedCondition {
         type_: READY.to_owned(),
-        status: false,
+        status: ConditionStatus::False,
         reason: reason.to_owned(),
-        message: message.to_owned(),
+        message: crate::diagnostic::bounded(message, crate::diagnostic::MESSAGE_LIMIT).into_owned(),
     }];
     status_patch(parent, generation, Map::new(), &wanted, now)
 }
@@ -385,37 +380,6 @@ fn status_patch(
     status::patch(&current, managed)
 }
 
-fn evaluate_condition(
-    renderer: &Renderer,
-    rule: &Rule,
-    condition: &ConditionSpec,
-    context: &minijinja::Value,
-) -> Result<WantedCondition, PlanError> {
-    let type_ = &condition.type_;
-    let label = rule.inline_template(&format!("status.conditions.{type_}.when"));
-    let status = renderer.eval_bool(&label, &condition.when.value, context)?;
-    let text = |what: &str, given: &Option<String>, default: &str| -> Result<String, PlanError> {
-        match given {
-            Some(_) => Ok(renderer.render_text(
-                &rule.inline_template(&format!("status.conditions.{type_}.{what}")),
-                context,
-            )?),
-            None => Ok(default.to_owned()),
-        }
-    };
-    let reason = if status {
-        text("reason", &condition.reason, "AsExpected")?
-    } else {
-        text("falseReason", &condition.false_reason, "NotYet")?
-    };
-    Ok(WantedCondition {
-        type_: type_.clone(),
-        status,
-        reason,
-        message: text("message", &condition.message, "")?,
-    })
-}
-
 pub(crate) fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
     object.pointer("/metadata/labels")?.get(key)?.as_str()
 }
@@ -423,11 +387,4 @@ pub(crate) fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
 /// Whether an observed object carries this rule's labels for this parent.
 pub fn is_child_of(object: &Value, rule: &str, parent_uid: &str) -> bool {
     label(object, LABEL_RULE) == Some(rule) && label(object, LABEL_PARENT_UID) == Some(parent_uid)
-}
-
-fn first_match(object: &Value, path: &str) -> Option<Value> {
-    jsonpath_rust::query::js_path_vals(path, object)
-        .ok()?
-        .first()
-        .map(|v| (*v).clone())
 }

@@ -11,7 +11,7 @@ use super::READY;
 use super::context::layer;
 use super::foreach::Item;
 use super::observed::Observed;
-use super::status::WantedCondition;
+use super::status::{ConditionStatus, WantedCondition};
 use crate::rules::Rule;
 use crate::rules::model::{ChildSpec, Located};
 use crate::template::Renderer;
@@ -162,7 +162,7 @@ pub fn default_ready(
 ) -> WantedCondition {
     let not_ready = |reason: &str, message: String| WantedCondition {
         type_: READY.to_owned(),
-        status: false,
+        status: ConditionStatus::False,
         reason: reason.to_owned(),
         message,
     };
@@ -183,7 +183,7 @@ pub fn default_ready(
     }
     WantedCondition {
         type_: READY.to_owned(),
-        status: true,
+        status: ConditionStatus::True,
         reason: "ChildrenReady".to_owned(),
         message: format!("every child is ready ({objects} objects)"),
     }

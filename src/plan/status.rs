@@ -3,13 +3,47 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::diagnostic::{MESSAGE_LIMIT, bounded};
+
+/// The status of a condition, as Kubernetes writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// It does not hold.
+    False,
+    /// It could not be determined (e.g. its expression failed).
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// `True`, `False` or `Unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(holds: bool) -> Self {
+        if holds {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        }
+    }
+}
+
 /// A condition the engine wants, before timestamps are merged in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WantedCondition {
     /// Condition type.
     pub type_: String,
-    /// `True` or `False`.
-    pub status: bool,
+    /// `True`, `False` or `Unknown`.
+    pub status: ConditionStatus,
     /// CamelCase reason.
     pub reason: String,
     /// Human message.
@@ -28,7 +62,7 @@ pub fn merge_conditions(current: &[Value], wanted: &[WantedCondition], generatio
         }
     }
     for want in wanted {
-        let status = if want.status { "True" } else { "False" };
+        let status = want.status.as_str();
         let previous = current
             .iter()
             .find(|c| c.get("type").and_then(Value::as_str) == Some(&want.type_));
@@ -40,7 +74,8 @@ pub fn merge_conditions(current: &[Value], wanted: &[WantedCondition], generatio
             "type": want.type_,
             "status": status,
             "reason": want.reason,
-            "message": want.message,
+            // A message can quote user values; a status write must stay small.
+            "message": bounded(&want.message, MESSAGE_LIMIT),
             "lastTransitionTime": transition,
             "observedGeneration": generation,
         }));
@@ -65,7 +100,7 @@ mod tests {
     fn ready(status: bool) -> WantedCondition {
         WantedCondition {
             type_: "Ready".into(),
-            status,
+            status: status.into(),
             reason: "R".into(),
             message: String::new(),
         }

@@ -323,8 +323,8 @@ impl RuleChecker<'_> {
                     self.compile_inline(
                         &name,
                         &format!("status.conditions.{}.{what}", condition.type_),
-                        text,
-                        at.clone(),
+                        &text.value,
+                        self.at(text),
                     );
                 }
             }

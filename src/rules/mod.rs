@@ -1,6 +1,7 @@
 //! Rules: the file model, loading and validating a directory into an immutable [`RuleSet`].
 
 pub mod duration;
+pub mod lint;
 pub mod load;
 pub mod model;
 pub mod reload;

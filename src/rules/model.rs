@@ -355,11 +355,14 @@ pub struct ConditionSpec {
     pub when: Located<String>,
     /// Reason when true (default `AsExpected`); a Jinja template.
     #[serde(default)]
-    pub reason: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub reason: Option<Located<String>>,
     /// Reason when false (default `NotYet`); a Jinja template.
     #[serde(default)]
-    pub false_reason: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub false_reason: Option<Located<String>>,
     /// Message (a Jinja template), default empty.
     #[serde(default)]
-    pub message: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub message: Option<Located<String>>,
 }

@@ -5,6 +5,7 @@
 //! its own namespace and, when it needs one, its own `ruleop run` child process.
 #![allow(dead_code)]
 
+pub mod custom;
 pub mod mount;
 pub mod webhook;
 
@@ -83,10 +84,15 @@ pub fn kubectl(args: &[&str]) -> Output {
 
 /// Runs kubectl with `input` on stdin.
 pub fn kubectl_with_stdin(args: &[&str], input: Option<&str>) -> Output {
+    kubectl_at(&control_plane().kubeconfig, args, input)
+}
+
+/// Runs kubectl with `input` on stdin against the control plane of `kubeconfig`.
+pub fn kubectl_at(kubeconfig: &Path, args: &[&str], input: Option<&str>) -> Output {
     use std::io::Write;
     let mut child = Command::new("kubectl")
         .args(args)
-        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .env("KUBECONFIG", kubeconfig)
         .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -222,6 +228,11 @@ impl Operator {
 
     /// Like [`Operator::start`], with extra flags.
     pub fn start_with(rules: &Path, templates: &Path, namespace: &str, extra: &[&str]) -> Self {
+        Self::start_on(&control_plane().kubeconfig, rules, templates, namespace, extra)
+    }
+
+    /// Like [`Operator::start_with`], against the control plane of `kubeconfig`.
+    pub fn start_on(kubeconfig: &Path, rules: &Path, templates: &Path, namespace: &str, extra: &[&str]) -> Self {
         let admin = format!("127.0.0.1:{}", free_port());
         let log = std::env::temp_dir().join(format!("ruleop-{namespace}-{}.log", free_port()));
         let log_file = std::fs::File::create(&log).expect("log file");
@@ -235,7 +246,7 @@ impl Operator {
             ])
             .args(["--namespace", namespace, "--admin-addr", &admin])
             .args(extra)
-            .env("KUBECONFIG", &control_plane().kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,ruleop=debug,kube=warn")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -252,6 +263,12 @@ impl Operator {
 
     /// GETs an admin path; `None` if it does not answer 200.
     pub fn get(&self, path: &str) -> Option<String> {
+        self.get_status(path)
+            .and_then(|(code, body)| (code == 200).then_some(body))
+    }
+
+    /// GETs an admin path: the status code and body, `None` if it does not answer at all.
+    pub fn get_status(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(&self.admin).ok()?;
         stream
@@ -260,7 +277,13 @@ impl Operator {
         let mut response = String::new();
         stream.read_to_string(&mut response).ok()?;
         let (head, body) = response.split_once("\r\n\r\n")?;
-        head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_owned()))
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// The sum of a ruleop counter over series containing every `key="value"` in `filter`.

@@ -1,0 +1,332 @@
+//! Watch streams that one bad object cannot stall, and that report their health.
+//!
+//! kube decodes a whole LIST response at once, so one object it cannot decode (a custom resource
+//! that preserves unknown fields, nested deeper than serde_json's 128 levels) fails the LIST of
+//! its kind every time, and no object of that kind is ever cached or reconciled. Here each item
+//! is first taken as raw text (serde_json skips nested values without recursing), then decoded
+//! on its own: an object that does not decode costs only itself. It is reported (a log line and
+//! an Event on it, once per version) and dropped from the caches until it changes.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{DynamicResourceScope, ObjectMeta};
+use kube::discovery::ApiResource;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::{Deserialize, Deserializer};
+use tracing::warn;
+
+use crate::health::{PROBE_INTERVAL, Transition, WatchToken, bounded};
+
+/// Longest decode error kept (logs, Events).
+const MAX_ERROR: usize = 300;
+/// Remembered (uid, resourceVersion) pairs already reported; forgotten wholesale past this.
+const MAX_REPORTED: usize = 10_000;
+
+/// An object from a LIST or watch: decoded, or only its metadata and why the rest failed.
+#[derive(Debug, Clone)]
+pub enum Tolerant {
+    /// A decoded object.
+    Object(DynamicObject),
+    /// An object that does not decode.
+    Undecodable {
+        /// Its metadata (default when even that does not decode).
+        metadata: ObjectMeta,
+        /// The decode error, bounded.
+        error: String,
+    },
+}
+
+impl Tolerant {
+    /// Decodes one object's JSON text.
+    pub fn from_json(text: &str) -> Tolerant {
+        match serde_json::from_str::<DynamicObject>(text) {
+            Ok(object) => Tolerant::Object(object),
+            Err(e) => {
+                /// What identifies the object. Everything else is skipped, which serde_json does
+                /// without recursing: `managedFields` mirrors the nesting of the fields it covers.
+                #[derive(Deserialize)]
+                #[serde(rename_all = "camelCase")]
+                struct Meta {
+                    name: Option<String>,
+                    namespace: Option<String>,
+                    uid: Option<String>,
+                    resource_version: Option<String>,
+                    generation: Option<i64>,
+                    labels: Option<std::collections::BTreeMap<String, String>>,
+                    owner_references: Option<Vec<OwnerReference>>,
+                }
+                #[derive(Deserialize)]
+                struct Head {
+                    metadata: Option<Meta>,
+                }
+                let metadata = serde_json::from_str::<Head>(text)
+                    .ok()
+                    .and_then(|head| head.metadata)
+                    .map(|m| ObjectMeta {
+                        name: m.name,
+                        namespace: m.namespace,
+                        uid: m.uid,
+                        resource_version: m.resource_version,
+                        generation: m.generation,
+                        labels: m.labels,
+                        owner_references: m.owner_references,
+                        ..ObjectMeta::default()
+                    })
+                    .unwrap_or_default();
+                Tolerant::Undecodable {
+                    metadata,
+                    error: bounded(&e.to_string(), MAX_ERROR),
+                }
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Tolerant {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
+        Ok(Tolerant::from_json(raw.get()))
+    }
+}
+
+impl Resource for Tolerant {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Tolerant::Object(object) => &object.metadata,
+            Tolerant::Undecodable { metadata, .. } => metadata,
+        }
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Tolerant::Object(object) => &mut object.metadata,
+            Tolerant::Undecodable { metadata, .. } => metadata,
+        }
+    }
+}
+
+/// Reports objects that do not decode: a warning and a Warning Event on the object, once per
+/// version, so a tenant's broken object is visible to them without flooding anyone.
+pub struct UndecodableReporter {
+    resource: ApiResource,
+    recorder: Recorder,
+    on_report: Box<dyn Fn() + Send + Sync>,
+    reported: Mutex<HashSet<(String, String)>>,
+}
+
+impl UndecodableReporter {
+    /// A reporter for objects of `resource`; `on_report` runs once per reported version (a metric).
+    pub fn new(resource: ApiResource, recorder: Recorder, on_report: impl Fn() + Send + Sync + 'static) -> Self {
+        UndecodableReporter {
+            resource,
+            recorder,
+            on_report: Box::new(on_report),
+            reported: Mutex::default(),
+        }
+    }
+
+    fn report(&self, metadata: &ObjectMeta, error: &str) {
+        let uid = metadata.uid.clone().unwrap_or_default();
+        let version = metadata.resource_version.clone().unwrap_or_default();
+        if let Ok(mut reported) = self.reported.lock() {
+            if reported.len() >= MAX_REPORTED {
+                reported.clear();
+            }
+            if !reported.insert((uid, version)) {
+                return;
+            }
+        }
+        (self.on_report)();
+        let namespace = metadata.namespace.clone().unwrap_or_default();
+        let name = metadata.name.clone().unwrap_or_default();
+        warn!(
+            kind = %self.resource.kind, %namespace, %name, %error,
+            "an object cannot be decoded; it is skipped (not reconciled) until it changes"
+        );
+        if name.is_empty() {
+            return;
+        }
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(self.resource.api_version.clone()),
+            kind: Some(self.resource.kind.clone()),
+            name: Some(name),
+            namespace: metadata.namespace.clone(),
+            uid: metadata.uid.clone(),
+            resource_version: metadata.resource_version.clone(),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "Undecodable".to_owned(),
+            note: Some(format!(
+                "ruleop cannot read this {}: {error}; it is not reconciled until it is fixed",
+                self.resource.kind
+            )),
+            action: "Decode".to_owned(),
+            secondary: None,
+        };
+        let recorder = self.recorder.clone();
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                warn!(error = %e, "publishing an Event failed");
+            }
+        });
+    }
+}
+
+/// A watch of `api` that skips (and reports) objects that do not decode and keeps `token` (its
+/// readiness) up to date, probing with a one-item LIST while a silent recovery is pending.
+pub fn watch(
+    api: Api<Tolerant>,
+    config: watcher::Config,
+    token: WatchToken,
+    reporter: Arc<UndecodableReporter>,
+) -> impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+    let token = Arc::new(token);
+    let probe_api = api.clone();
+    watcher(api, config)
+        .default_backoff()
+        .inspect(move |item| {
+            if token.observe(item) == Transition::Failing {
+                spawn_probe(probe_api.clone(), Arc::downgrade(&token));
+            }
+        })
+        .filter_map(move |item| {
+            let item = decoded(item, &reporter);
+            std::future::ready(item)
+        })
+}
+
+/// Maps one watcher item to decoded objects: an undecodable `InitApply` is left out of the
+/// relist, an undecodable `Apply` becomes a `Delete`, so no cache keeps an older decodable version.
+fn decoded(
+    item: Result<watcher::Event<Tolerant>, watcher::Error>,
+    reporter: &UndecodableReporter,
+) -> Option<Result<watcher::Event<DynamicObject>, watcher::Error>> {
+    use watcher::Event as E;
+    let stub = |metadata: ObjectMeta| DynamicObject {
+        types: None,
+        metadata,
+        data: serde_json::Value::Object(serde_json::Map::new()),
+    };
+    Some(Ok(match item {
+        Err(e) => return Some(Err(e)),
+        Ok(E::Init) => E::Init,
+        Ok(E::InitDone) => E::InitDone,
+        Ok(E::InitApply(Tolerant::Object(o))) => E::InitApply(o),
+        Ok(E::Apply(Tolerant::Object(o))) => E::Apply(o),
+        Ok(E::Delete(Tolerant::Object(o))) => E::Delete(o),
+        Ok(E::Delete(Tolerant::Undecodable { metadata, .. })) => E::Delete(stub(metadata)),
+        Ok(E::InitApply(Tolerant::Undecodable { metadata, error })) => {
+            reporter.report(&metadata, &error);
+            return None;
+        }
+        Ok(E::Apply(Tolerant::Undecodable { metadata, error })) => {
+            reporter.report(&metadata, &error);
+            E::Delete(stub(metadata))
+        }
+    }))
+}
+
+/// Probes a failing watch's kind until it answers (or the watch is gone or recovers by itself).
+fn spawn_probe(api: Api<Tolerant>, token: std::sync::Weak<WatchToken>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(PROBE_INTERVAL).await;
+            let Some(token) = token.upgrade() else { return };
+            if !token.needs_probe() {
+                return;
+            }
+            if api.list_metadata(&ListParams::default().limit(1)).await.is_ok() {
+                token.probe_succeeded();
+                return;
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+
+    fn nested(depth: usize) -> String {
+        let mut value = "1".to_owned();
+        for _ in 0..depth {
+            value = format!("{{\"a\":{value}}}");
+        }
+        value
+    }
+
+    #[test]
+    fn one_deeply_nested_item_does_not_fail_the_list() {
+        let good = r#"{"apiVersion":"myorg.io/v1","kind":"Blob","metadata":{"name":"good","uid":"u1","resourceVersion":"5"},"spec":{"x":1}}"#;
+        let bad = format!(
+            r#"{{"apiVersion":"myorg.io/v1","kind":"Blob","metadata":{{"name":"deep","namespace":"ns","uid":"u2","managedFields":[{{"manager":"kubectl","fieldsV1":{}}}]}},"spec":{}}}"#,
+            nested(300),
+            nested(300)
+        );
+        let list = format!(
+            r#"{{"apiVersion":"myorg.io/v1","kind":"BlobList","metadata":{{"resourceVersion":"9"}},"items":[{good},{bad}]}}"#
+        );
+        assert!(
+            serde_json::from_str::<kube::core::ObjectList<DynamicObject>>(&list).is_err(),
+            "the plain decode fails on the whole list"
+        );
+        let decoded: kube::core::ObjectList<Tolerant> = serde_json::from_str(&list).expect("list decodes");
+        assert_eq!(decoded.items.len(), 2);
+        assert!(matches!(&decoded.items[0], Tolerant::Object(o) if o.name_any() == "good"));
+        match &decoded.items[1] {
+            Tolerant::Undecodable { metadata, error } => {
+                assert_eq!(metadata.name.as_deref(), Some("deep"));
+                assert!(error.contains("recursion limit exceeded"), "{error}");
+            }
+            other => panic!("expected undecodable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_watch_event_with_a_deeply_nested_object_decodes_to_its_metadata() {
+        let line = format!(
+            r#"{{"type":"MODIFIED","object":{{"apiVersion":"myorg.io/v1","kind":"Blob","metadata":{{"name":"deep","resourceVersion":"7"}},"spec":{}}}}}"#,
+            nested(1000)
+        );
+        let event: kube::core::WatchEvent<Tolerant> = serde_json::from_str(&line).expect("event decodes");
+        match event {
+            kube::core::WatchEvent::Modified(Tolerant::Undecodable { metadata, .. }) => {
+                assert_eq!(metadata.resource_version.as_deref(), Some("7"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

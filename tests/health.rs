@@ -1,0 +1,86 @@
+//! `/readyz` and `/healthz` tell the truth: readiness drops while a watched kind is gone or the
+//! API server is unreachable and comes back when they do; liveness holds through both (a
+//! restart cannot fix the network).
+
+mod support;
+
+use std::time::Duration;
+
+use support::custom::CustomKind;
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn not_ready_because(operator: &Operator, needle: &str) -> bool {
+    operator
+        .get_status("/readyz")
+        .is_some_and(|(code, body)| code == 503 && body.contains(needle))
+}
+
+#[test]
+fn readiness_drops_while_a_watched_crd_is_deleted_and_returns_with_it() {
+    let kind = CustomKind::new("health-crd", "Gadget");
+    kind.install();
+    let ns = Namespace::new("health-crd");
+    let (rules, templates) = kind.config_map_rule("gadget");
+    let operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    apply_yaml(&ns.0, &kind.object("one", r#"{"size": "1"}"#));
+    wait_until(WAIT, "the first child", || exists(&ns.0, "configmap/one-cm"));
+
+    kind.uninstall();
+    wait_until(WAIT, "/readyz to fail naming the deleted kind", || {
+        not_ready_because(&operator, "watch of Gadget")
+    });
+    assert_eq!(operator.get_status("/healthz").map(|(code, _)| code), Some(200));
+    wait_until(WAIT, "the deleted kind to be logged", || {
+        operator.log_text().contains("the watched kind is no longer served")
+    });
+
+    kind.install();
+    wait_until(Duration::from_secs(60), "/readyz to recover", || {
+        operator.get("/readyz").is_some()
+    });
+    apply_yaml(&ns.0, &kind.object("two", r#"{"size": "2"}"#));
+    wait_until(
+        Duration::from_secs(60),
+        "a child for a parent created after the CRD came back",
+        || exists(&ns.0, "configmap/two-cm"),
+    );
+    let log = operator.log_text();
+    assert_eq!(
+        log.matches("the watched kind is no longer served").count(),
+        1,
+        "logged once per deletion:\n{log}"
+    );
+}
+
+#[test]
+fn readiness_drops_and_liveness_holds_while_the_api_server_is_unreachable() {
+    let (mut apiserver, _stdin, kubeconfig) = start_apiserver(&[]);
+    let crds = root().join("deploy/crds").display().to_string();
+    for args in [
+        vec!["apply", "-f", crds.as_str()],
+        vec!["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
+        vec!["create", "namespace", "outage"],
+    ] {
+        let out = kubectl_at(&kubeconfig, &args, None);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut operator = Operator::start_on(&kubeconfig, &root().join("rules"), &templates(), "outage", &[]);
+    assert_eq!(operator.get_status("/healthz").map(|(code, _)| code), Some(200));
+
+    apiserver.kill().expect("stop the API server");
+    let _ = apiserver.wait();
+    let down = std::time::Instant::now();
+    wait_until(WAIT, "/readyz to fail while the API server is down", || {
+        not_ready_because(&operator, "failing for")
+    });
+    eprintln!("readiness dropped {:?} after the API server stopped", down.elapsed());
+    let (code, body) = operator.get_status("/healthz").expect("healthz answers");
+    assert_eq!(code, 200, "{body}");
+    assert!(operator.is_running());
+}

@@ -1,0 +1,102 @@
+//! Throwaway custom kinds for tests that must create, break or delete a CRD without touching
+//! the shipped ones other tests use: a CRD whose objects keep any field, and a one-rule
+//! directory that gives each object one ConfigMap child.
+
+use super::{kubectl, kubectl_ok, kubectl_with_stdin};
+
+/// A namespaced custom kind `<kind>` in `<group>/v1`.
+pub struct CustomKind {
+    /// The API group, unique to the test.
+    pub group: String,
+    /// The kind.
+    pub kind: String,
+}
+
+impl CustomKind {
+    /// A kind in a group named after the test, so parallel tests never share it.
+    pub fn new(test: &str, kind: &str) -> Self {
+        CustomKind {
+            group: format!("{test}.ruleop.test"),
+            kind: kind.to_owned(),
+        }
+    }
+
+    /// The plural (resource) name.
+    pub fn plural(&self) -> String {
+        format!("{}s", self.kind.to_lowercase())
+    }
+
+    /// `<plural>.<group>`, the CRD's name and what kubectl accepts as a resource.
+    pub fn resource(&self) -> String {
+        format!("{}.{}", self.plural(), self.group)
+    }
+
+    /// `<group>/v1`.
+    pub fn api_version(&self) -> String {
+        format!("{}/v1", self.group)
+    }
+
+    /// The CRD: objects keep every field (`x-kubernetes-preserve-unknown-fields`), status subresource on.
+    pub fn crd(&self) -> String {
+        let (kind, plural, group) = (&self.kind, self.plural(), &self.group);
+        let singular = kind.to_lowercase();
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      subresources: {{status: {{}}}}\n      schema:\n        openAPIV3Schema:\n          type: object\n          x-kubernetes-preserve-unknown-fields: true\n"
+        )
+    }
+
+    /// Creates the CRD and waits until it is served.
+    pub fn install(&self) {
+        let out = kubectl_with_stdin(&["apply", "-f", "-"], Some(&self.crd()));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{}", self.resource()),
+            "--timeout=60s",
+        ]);
+    }
+
+    /// Deletes the CRD (and so every object of the kind) and waits until it is gone.
+    pub fn uninstall(&self) {
+        let _ = kubectl(&[
+            "delete",
+            &format!("crd/{}", self.resource()),
+            "--wait=true",
+            "--timeout=60s",
+        ]);
+    }
+
+    /// An object of the kind with `spec` given as JSON text.
+    pub fn object(&self, name: &str, spec_json: &str) -> String {
+        format!(
+            "{{\"apiVersion\":\"{}\",\"kind\":\"{}\",\"metadata\":{{\"name\":\"{name}\"}},\"spec\":{spec_json}}}",
+            self.api_version(),
+            self.kind
+        )
+    }
+
+    /// Rules and templates: rule `<rule>` watches the kind and gives each object a ConfigMap
+    /// `<name>-cm` holding its `spec.size` (or "none").
+    pub fn config_map_rule(&self, rule: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+        let rules = tempfile::tempdir().expect("tempdir");
+        let templates = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: {rule}\nspec:\n  watch:\n    apiVersion: {}\n    kind: {}\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: cm.yaml.j2\n",
+            self.api_version(),
+            self.kind
+        );
+        std::fs::write(rules.path().join(format!("{rule}.yaml")), text).expect("write rule");
+        std::fs::write(
+            templates.path().join("cm.yaml.j2"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-cm\ndata:\n  size: {{ spec | dig(\"size\", \"none\") | tojson }}\n",
+        )
+        .expect("write template");
+        (rules, templates)
+    }
+}
+
+/// JSON nested `depth` levels deep: `{"a":{"a":...1...}}`.
+pub fn nested_json(depth: usize) -> String {
+    format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth))
+}
