@@ -56,7 +56,11 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["delete", "namespaces", "--all-namespaces"],
         ["patch", "tenants.myorg.io", "-n=platform"],
         ["create", "rolebindings.rbac.authorization.k8s.io", "-n=tenant-acme"],
-        ["bind", "clusterroles.rbac.authorization.k8s.io/edit", "--all-namespaces"],
+        [
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/edit",
+            "--all-namespaces",
+        ],
         ["get", "configmaps", "-n=platform"],
         ["create", "events.events.k8s.io", "-n=shop"],
         ["patch", "configmaps", "-n=ruleop-system"],
@@ -73,9 +77,17 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["update", "databases.myorg.io", "-n=shop"],
         ["update", "tenants.myorg.io", "-n=platform"],
         ["delete", "tenants.myorg.io", "-n=platform"],
-        ["bind", "clusterroles.rbac.authorization.k8s.io/cluster-admin", "--all-namespaces"],
+        [
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/cluster-admin",
+            "--all-namespaces",
+        ],
         ["create", "clusterroles.rbac.authorization.k8s.io", "--all-namespaces"],
-        ["create", "clusterrolebindings.rbac.authorization.k8s.io", "--all-namespaces"],
+        [
+            "create",
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            "--all-namespaces",
+        ],
     ] {
         assert!(!can_i(&denied), "should be denied: {denied:?}");
     }

@@ -228,23 +228,6 @@ fn a_parent_cannot_claim_an_existing_namespace_by_naming_its_child_after_it() {
     );
 }
 
-/// `(name, deletionTimestamp)` of every Namespace whose name starts with `prefix`.
-fn namespaces_named(prefix: &str) -> Vec<(String, String)> {
-    kubectl_ok(&[
-        "get",
-        "namespaces",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
-    ])
-    .lines()
-    .filter(|l| l.starts_with(prefix))
-    .map(|l| {
-        let (name, deleting) = l.split_once(' ').unwrap_or((l, ""));
-        (name.to_owned(), deleting.trim().to_owned())
-    })
-    .collect()
-}
-
 #[test]
 fn a_cluster_scoped_child_is_deleted_with_its_parent_and_the_finalizer_removed() {
     install_crds();

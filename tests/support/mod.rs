@@ -400,6 +400,23 @@ pub fn random_below(limit: u64) -> u64 {
     ) % limit
 }
 
+/// `(name, deletionTimestamp)` of every Namespace whose name starts with `prefix`.
+pub fn namespaces_named(prefix: &str) -> Vec<(String, String)> {
+    kubectl_ok(&[
+        "get",
+        "namespaces",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .filter(|l| l.starts_with(prefix))
+    .map(|l| {
+        let (name, deleting) = l.split_once(' ').unwrap_or((l, ""));
+        (name.to_owned(), deleting.trim().to_owned())
+    })
+    .collect()
+}
+
 /// Whether an object carries ruleop's cleanup finalizer.
 pub fn has_cleanup_finalizer(namespace: &str, what: &str) -> bool {
     get(namespace, what, "{.metadata.finalizers}").contains("ruleop.io/cleanup")
