@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test bench check schema control-plane deploy-config rbac
+.PHONY: demo test bench check schema control-plane deploy-config rbac fuzz
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -24,3 +24,6 @@ deploy-config:   ## copy rules/ and templates/ into deploy/config (then: kubectl
 
 rbac:            ## regenerate deploy/rbac/clusterrole.yaml from the rules
 	cargo run --quiet -- rbac > deploy/rbac/clusterrole.yaml
+
+fuzz:            ## cargo-fuzz every target for FUZZ_SECONDS (default 60) each; see fuzz/README.md
+	scripts/fuzz.sh

@@ -50,10 +50,19 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let status_namespace = status_namespace
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .or_else(|| namespace.clone())
-                .unwrap_or_else(|| "default".to_owned());
+            let (status_namespace, from) = match (status_namespace, std::env::var("POD_NAMESPACE").ok(), &namespace) {
+                (Some(ns), _, _) => (ns, "--status-namespace"),
+                (None, Some(ns), _) => (ns, "POD_NAMESPACE"),
+                (None, None, Some(ns)) => (ns.clone(), "--namespace; no --status-namespace or POD_NAMESPACE given"),
+                (None, None, None) => (
+                    "default".to_owned(),
+                    "no --status-namespace, POD_NAMESPACE or --namespace given",
+                ),
+            };
+            tracing::info!(
+                "the state of the rules is reported in ConfigMap {status_namespace}/{} ({from})",
+                ruleop::run::STATUS_CONFIGMAP
+            );
             let settings = RunSettings {
                 sources,
                 namespace,
