@@ -84,15 +84,15 @@ impl Shared {
         served: &ServedKind,
         config: watcher::Config,
     ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
-        self.watch_with(rule, served, self.api(served), config)
+        self.watch_in(self.api(served), rule, served, config)
     }
 
-    /// Like [`Shared::watch`], through a given API handle (e.g. all namespaces).
-    fn watch_with(
+    /// [`Shared::watch`] through a given API handle (lookups watch every namespace).
+    fn watch_in(
         &self,
+        api: Api<crate::watch::Tolerant>,
         rule: &Rule,
         served: &ServedKind,
-        api: Api<crate::watch::Tolerant>,
         config: watcher::Config,
     ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
         let resource = &served.resource;
@@ -257,7 +257,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
             shared.api(served)
         };
         let stream = shared
-            .watch_with(rule, served, api, ours)
+            .watch_in(api, rule, served, ours)
             .modify(slim)
             .inspect(move |event| {
                 if let Ok(event) = event {
@@ -273,8 +273,16 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
             controller.owns_stream_with(stream, served.resource.clone())
         };
     }
+    // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
+    let watch_lookups = |served: &ServedKind| {
+        let api = Api::all_with(shared.client.clone(), &served.resource);
+        shared
+            .watch_in(api, rule, served, watcher::Config::default())
+            .modify(slim)
+            .boxed()
+    };
     let (lookups, lookup_changes) =
-        lookup_index::start(&shared.client, rule, kinds, &parent_kind.resource, parent_store, slim)?;
+        lookup_index::start(rule, kinds, &parent_kind.resource, parent_store, watch_lookups)?;
     if !rule.spec.lookups.is_empty() {
         controller = controller.reconcile_on(lookup_changes);
     }

@@ -8,18 +8,19 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use kube::api::{Api, DynamicObject};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::apply::ApplyError;
-use crate::kinds::Kinds;
+use crate::kinds::{Kinds, ServedKind};
 use crate::plan::lookups::{LookupKey, LookupSource};
 use crate::rules::Rule;
 
@@ -169,16 +170,16 @@ impl LookupSource for Recording<'_> {
     }
 }
 
-/// Starts one cache per looked-up kind of `rule`. Returns the lookups and the stream of parents
+/// Starts one cache per looked-up kind of `rule`, each fed by `watch` (every namespace, no
+/// label selector). Returns the lookups and the stream of parents
 /// to re-reconcile (the readers of each changed object; readers no longer in `parents` are
 /// forgotten). No lookups: no cache, an empty stream.
 pub fn start(
-    client: &Client,
     rule: &Rule,
     kinds: &Kinds,
     parent_resource: &ApiResource,
     parents: Store<DynamicObject>,
-    slim: fn(&mut DynamicObject),
+    watch: impl Fn(&ServedKind) -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>,
 ) -> Result<
     (
         RuleLookups,
@@ -205,37 +206,32 @@ pub fn start(
         );
         let (index, parents, parent_resource) = (index.clone(), parents.clone(), parent_resource.clone());
         let namespaced = served.namespaced;
-        let stream = watcher(
-            Api::<DynamicObject>::all_with(client.clone(), &served.resource),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .modify(slim)
-        .reflect(writer)
-        .touched_objects()
-        .filter_map(|object| futures::future::ready(object.ok()))
-        .flat_map(move |object| {
-            let key = LookupKey {
-                api_version: api_version.clone(),
-                kind: kind.clone(),
-                namespace: if namespaced {
-                    object.namespace().unwrap_or_default()
-                } else {
-                    String::new()
-                },
-                name: object.name_any(),
-            };
-            let mut due = Vec::new();
-            for parent in index.readers(&key) {
-                let reference = ObjectRef::new_with(&parent.1, parent_resource.clone()).within(&parent.0);
-                if parents.get(&reference).is_some() {
-                    due.push(reference);
-                } else {
-                    index.forget(&parent);
+        let stream = watch(served)
+            .reflect(writer)
+            .touched_objects()
+            .filter_map(|object| futures::future::ready(object.ok()))
+            .flat_map(move |object| {
+                let key = LookupKey {
+                    api_version: api_version.clone(),
+                    kind: kind.clone(),
+                    namespace: if namespaced {
+                        object.namespace().unwrap_or_default()
+                    } else {
+                        String::new()
+                    },
+                    name: object.name_any(),
+                };
+                let mut due = Vec::new();
+                for parent in index.readers(&key) {
+                    let reference = ObjectRef::new_with(&parent.1, parent_resource.clone()).within(&parent.0);
+                    if parents.get(&reference).is_some() {
+                        due.push(reference);
+                    } else {
+                        index.forget(&parent);
+                    }
                 }
-            }
-            futures::stream::iter(due)
-        });
+                futures::stream::iter(due)
+            });
         streams.push(stream.boxed());
     }
     let synced = synced(caches.values().map(|c| c.store.clone()).collect());

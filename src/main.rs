@@ -8,6 +8,7 @@ use ruleop::cli::{Cli, Command, LogFormat};
 use ruleop::offline;
 use ruleop::rules::duration;
 use ruleop::run::{RunSettings, run};
+use ruleop::{diff, ruletest};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -23,7 +24,16 @@ fn main() -> ExitCode {
             let now = now.unwrap_or_else(ruleop::clock::now_rfc3339);
             offline::render(&sources, &file, observed.as_deref(), output, &now)
         }
-        Command::Schema => Ok(offline::schema()),
+        Command::Schema { kind } => Ok(offline::schema(kind)),
+        Command::Test { sources, paths, junit } => {
+            return ExitCode::from(ruletest::command(&sources, &paths, junit.as_deref()));
+        }
+        Command::Diff {
+            sources,
+            namespace,
+            selector,
+            now,
+        } => return ExitCode::from(diff::command(sources, namespace, selector, now)),
         Command::Rbac { sources, crds } => offline::rbac(&sources, &crds),
         Command::Run {
             sources,

@@ -84,8 +84,8 @@ fn status_writes_do_not_trigger_more_reconciles() {
     wait_until(Duration::from_secs(30), "convergence", || {
         get(&ns.0, "database/orders", "{.status.observedGeneration}") == "1"
     });
-    std::thread::sleep(Duration::from_secs(2));
-    let before = operator.metric("ruleop_reconciles_total", &[("rule", "database")]);
+    let before = operator.idle_reconciles("database");
+    // A rate needs a window: about 5 resyncs.
     std::thread::sleep(Duration::from_secs(10));
     let during = operator.metric("ruleop_reconciles_total", &[("rule", "database")]) - before;
     eprintln!("{during} reconciles of a converged parent in 10 s with resync 2s");
@@ -107,7 +107,8 @@ fn a_restarted_operator_reconciles_converged_parents_without_writing() {
     wait_until(Duration::from_secs(30), "convergence", || {
         get(&ns.0, "databases", "{range .items[*]}{.status.observedGeneration}{end}") == "111"
     });
-    std::thread::sleep(Duration::from_secs(2));
+    // Its own last status writes come back as watch events: let those reconciles finish too.
+    first.idle_reconciles("database");
     assert!(first.stop(), "SIGTERM exits cleanly");
 
     let writes_before = apiserver_writes(RESOURCES);
@@ -117,7 +118,8 @@ fn a_restarted_operator_reconciles_converged_parents_without_writing() {
         "the restarted operator to reconcile all three",
         || second.metric("ruleop_reconciles_total", &[("rule", "database")]) >= 3,
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // Every reconcile the start-up caused (and any its writes would cause) has finished.
+    second.idle_reconciles("database");
     let writes = apiserver_writes(RESOURCES) - writes_before;
     eprintln!("restart: {writes} write requests for 3 converged parents (children came from a LIST)");
     assert_eq!(writes, 0);

@@ -342,23 +342,30 @@ impl Operator {
     /// otherwise be mistaken for the one it causes (a missed quiet period only makes the wait
     /// end early, never fail).
     pub fn reconciled_after(&self, rule: &str, event: impl FnOnce()) {
-        let quiet = Duration::from_millis(300);
-        let mut before = self.reconciles(rule);
-        let mut changed = Instant::now();
-        wait_until(Duration::from_secs(30), "the operator to be idle", || {
-            let now = self.reconciles(rule);
-            if now != before {
-                before = now;
-                changed = Instant::now();
-            }
-            changed.elapsed() >= quiet
-        });
+        let before = self.idle_reconciles(rule);
         event();
         wait_until(
             Duration::from_secs(30),
             &format!("a reconcile of rule {rule} after the event"),
             || self.reconciles(rule) > before,
         );
+    }
+
+    /// Waits until no reconcile of `rule` has finished for 300 ms (the operator is idle: what
+    /// it was reconciling has been written) and returns the count of reconciles then.
+    pub fn idle_reconciles(&self, rule: &str) -> u64 {
+        let quiet = Duration::from_millis(300);
+        let mut count = self.reconciles(rule);
+        let mut changed = Instant::now();
+        wait_until(Duration::from_secs(30), "the operator to be idle", || {
+            let now = self.reconciles(rule);
+            if now != count {
+                count = now;
+                changed = Instant::now();
+            }
+            changed.elapsed() >= quiet
+        });
+        count
     }
 
     /// GETs an admin path; `None` if it does not answer 200.
