@@ -300,6 +300,13 @@ impl Operator {
 
     /// Like [`Operator::start_with`], against the control plane of `kubeconfig`.
     pub fn start_on(kubeconfig: &Path, rules: &Path, templates: &Path, namespace: &str, extra: &[&str]) -> Self {
+        let operator = Self::spawn_on(kubeconfig, rules, templates, namespace, extra);
+        wait_until(Duration::from_secs(30), "ruleop to be ready", || operator.ready());
+        operator
+    }
+
+    /// Like [`Operator::start_on`], returning once the admin endpoints answer, ready or not.
+    pub fn spawn_on(kubeconfig: &Path, rules: &Path, templates: &Path, namespace: &str, extra: &[&str]) -> Self {
         let admin = format!("127.0.0.1:{}", free_port());
         let log = std::env::temp_dir().join(format!("ruleop-{namespace}-{}.log", free_port()));
         let log_file = std::fs::File::create(&log).expect("log file");
@@ -322,7 +329,9 @@ impl Operator {
             .spawn()
             .expect("start ruleop");
         let operator = Operator { child, admin, log };
-        wait_until(Duration::from_secs(30), "ruleop to be ready", || operator.ready());
+        wait_until(Duration::from_secs(30), "ruleop's admin endpoints", || {
+            operator.get_status("/healthz").is_some()
+        });
         operator
     }
 
@@ -491,6 +500,23 @@ pub fn service_account_kubeconfig(namespace: &str, name: &str) -> (tempfile::Tem
     );
     std::fs::write(&path, text).expect("write kubeconfig");
     (dir, path)
+}
+
+/// Like [`apiserver_writes`], split by the API server's `dry_run` label: `""` counts the writes
+/// it persisted, `"All"` the dry runs it computed and threw away.
+pub fn apiserver_writes_dry_run(resources: &[&str], dry_run: &str) -> u64 {
+    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
+    ["POST", "PUT", "PATCH", "APPLY"]
+        .iter()
+        .flat_map(|verb| resources.iter().map(move |r| (*verb, *r)))
+        .map(|(verb, resource)| {
+            sum_metric(
+                &text,
+                "apiserver_request_total",
+                &[("verb", verb), ("resource", resource), ("dry_run", dry_run)],
+            )
+        })
+        .sum()
 }
 
 /// A rules directory: the shipped rules with `edit` applied to each file's text.
