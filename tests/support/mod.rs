@@ -502,6 +502,23 @@ pub fn service_account_kubeconfig(namespace: &str, name: &str) -> (tempfile::Tem
     (dir, path)
 }
 
+/// Like [`apiserver_writes`], split by the API server's `dry_run` label: `""` counts the writes
+/// it persisted, `"All"` the dry runs it computed and threw away.
+pub fn apiserver_writes_dry_run(resources: &[&str], dry_run: &str) -> u64 {
+    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
+    ["POST", "PUT", "PATCH", "APPLY"]
+        .iter()
+        .flat_map(|verb| resources.iter().map(move |r| (*verb, *r)))
+        .map(|(verb, resource)| {
+            sum_metric(
+                &text,
+                "apiserver_request_total",
+                &[("verb", verb), ("resource", resource), ("dry_run", dry_run)],
+            )
+        })
+        .sum()
+}
+
 /// A rules directory: the shipped rules with `edit` applied to each file's text.
 pub fn rules_dir(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
