@@ -27,20 +27,20 @@ spec:
 struct Setup {
     kind: CustomKind,
     operator: Operator,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
 impl Setup {
     fn start(ns: &Namespace, test: &str, rule_spec: &str, templates: &[(&str, &str)]) -> Self {
+        Self::start_with(ns, test, rule_spec, templates, &[])
+    }
+
+    fn start_with(ns: &Namespace, test: &str, rule_spec: &str, templates: &[(&str, &str)], flags: &[&str]) -> Self {
         let kind = CustomKind::new(test, "App");
         kind.install();
         let dirs = kind.rule_files("app", rule_spec, templates);
-        let operator = Operator::start(dirs.0.path(), dirs.1.path(), &ns.0);
-        Setup {
-            kind,
-            operator,
-            _dirs: dirs,
-        }
+        let operator = Operator::start_with(dirs.0.path(), dirs.1.path(), &ns.0, flags);
+        Setup { kind, operator, dirs }
     }
 
     /// `<resource>/<name>` of an App, for kubectl.
@@ -267,5 +267,44 @@ fn editing_a_looked_up_configmap_updates_exactly_the_parents_that_read_it() {
     kubectl_ok(&["delete", "-n", &ns.0, "configmap/app-defaults"]);
     wait_until(WAIT, "a deleted lookup to become none", || {
         readers.iter().all(|a| color(a) == "none")
+    });
+}
+
+#[test]
+fn a_lookup_added_by_a_reload_starts_its_cache_and_follows_edits() {
+    let ns = Namespace::new("coll-reload");
+    let children = "  children:\n    - id: settings\n      apiVersion: v1\n      kind: ConfigMap\n      template: app/settings.yaml.j2\n";
+    let plain =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-settings\ndata:\n  color: plain\n";
+    let setup = Setup::start_with(
+        &ns,
+        "coll-reload",
+        children,
+        &[("app/settings.yaml.j2", plain)],
+        &["--reload-debounce", "100ms", "--reload-interval", "30s"],
+    );
+    let color = || get(&ns.0, "configmap/web-settings", "{.data.color}");
+    apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-defaults}\ndata: {color: blue}\n",
+    );
+    apply_yaml(&ns.0, &setup.kind.object("web", "{}"));
+    wait_until(WAIT, "the settings without a lookup", || color() == "plain");
+
+    // The rule first (a lookup nothing uses yet), then the template reading it.
+    let lookups =
+        "  lookups:\n    - id: defaults\n      apiVersion: v1\n      kind: ConfigMap\n      name: app-defaults\n";
+    let rule = std::fs::read_to_string(setup.dirs.0.path().join("app.yaml")).expect("rule");
+    std::fs::write(setup.dirs.0.path().join("app.yaml"), format!("{rule}{lookups}")).expect("rule");
+    let reading = plain.replace(
+        "color: plain",
+        "color: {{ lookups.defaults | dig(\"data.color\", \"none\") }}",
+    );
+    std::fs::write(setup.dirs.1.path().join("app/settings.yaml.j2"), reading).expect("template");
+    wait_until(WAIT, "the reloaded rule to read the lookup", || color() == "blue");
+
+    merge_patch(&ns.0, "configmap/app-defaults", r#"{"data":{"color":"red"}}"#);
+    wait_until(Duration::from_secs(10), "an edit of the looked-up object", || {
+        color() == "red"
     });
 }

@@ -201,7 +201,10 @@ pub fn decide(
     }
     if let Some(when) = &action.when {
         let label = rule.inline_template(&format!("actions.{id}.when"));
-        if !renderer.eval_bool(&label, &when.value, base_context)? {
+        let holds = renderer
+            .eval_bool(&label, &when.value, base_context)
+            .map_err(|e| super::status_eval::relocate(rule, when, e))?;
+        if !holds {
             return Ok(skip(format!("`when` is false ({})", when.value)));
         }
     }
