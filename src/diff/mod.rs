@@ -549,3 +549,32 @@ fn status_diff(parent: &Value, patch: &Value) -> String {
     };
     unified(&show(before), &show(after), "status (live)", "status (proposed)")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn status_diff_shows_only_the_fields_the_patch_touches() {
+        let parent = json!({"status": {"endpoint": "a", "readyReplicas": 2, "untouched": true}});
+        let patch = json!({"status": {"endpoint": "b", "readyReplicas": null}});
+        assert_eq!(
+            status_diff(&parent, &patch),
+            "--- status (live)\n+++ status (proposed)\n@@ -1,2 +1 @@\n-endpoint: a\n-readyReplicas: 2\n+endpoint: b\n"
+        );
+        assert_eq!(status_diff(&parent, &json!({"metadata": {}})), "");
+    }
+
+    #[test]
+    fn an_action_run_counts_its_intent_effect_and_completion() {
+        let writes = Writes {
+            updates: 1,
+            creates: 2,
+            prunes: 1,
+            action_runs: 1,
+            status: 1,
+        };
+        assert_eq!(writes.total(), 8);
+    }
+}

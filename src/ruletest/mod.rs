@@ -175,12 +175,12 @@ fn run_file(set: &RuleSet, file: &Path, report: &mut Report) {
         }
     };
     for doc in docs {
-        if doc.api_version != RULE_API_VERSION || doc.kind != RULE_TEST_KIND {
+        if doc.api_version.value != RULE_API_VERSION || doc.kind.value != RULE_TEST_KIND {
             report.cases.push(broken(
-                0,
+                doc.api_version.referenced.line(),
                 format!(
                     "error: expected apiVersion {RULE_API_VERSION} and kind {RULE_TEST_KIND}, found {} {}",
-                    doc.api_version, doc.kind
+                    doc.api_version.value, doc.kind.value
                 ),
             ));
             continue;
