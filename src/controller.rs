@@ -41,6 +41,8 @@ use crate::watch::UndecodableReporter;
 
 /// Reconciles per rule when the rule does not say.
 pub const DEFAULT_CONCURRENCY: u16 = 5;
+/// Longest a reconcile waits for its rule's caches to sync before it is retried later.
+const SYNC_WAIT: Duration = Duration::from_secs(10);
 /// Longest wait between retries of a failing parent.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -120,6 +122,9 @@ pub enum ReconcileError {
     /// A write failed.
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    /// The child or lookup caches have not listed yet (a watch failing, see `/readyz`).
+    #[error("the caches of this rule have not synced within {0:?}; retrying")]
+    NotSynced(Duration),
 }
 
 impl ReconcileError {
@@ -127,6 +132,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Plan(e) => e.reason(),
             ReconcileError::Apply(e) => e.reason(),
+            ReconcileError::NotSynced(_) => "CachesNotSynced",
         }
     }
 }
@@ -377,9 +383,19 @@ async fn reconcile_parent(
     namespace: &str,
 ) -> Result<Action, ReconcileError> {
     let uid = parent.uid().unwrap_or_default();
-    // Planning against a child cache that has not listed yet would see every child missing.
-    let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
-    ctx.lookups.wait_synced().await;
+    // Planning against a child cache that has not listed yet would see every child missing. The
+    // wait is bounded: a kind that cannot be listed must not hold a reconcile (and so a
+    // controller's shutdown, and the reloads waiting on it) forever; the parent is retried.
+    if !*ctx.children_synced.borrow() {
+        debug!(parent = %parent.name_any(), "waiting for the child caches to sync");
+    }
+    let synced = async {
+        let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
+        ctx.lookups.wait_synced().await;
+    };
+    if tokio::time::timeout(SYNC_WAIT, synced).await.is_err() {
+        return Err(ReconcileError::NotSynced(SYNC_WAIT));
+    }
     let parent_json = ctx.written.newest(&uid, with_type(parent, &ctx.parent_kind.resource));
     let now = now_rfc3339();
     let cluster = Cluster {
