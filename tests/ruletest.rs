@@ -26,7 +26,13 @@ fn text(bytes: &[u8]) -> String {
 /// A directory with the shipped rules and templates and `tests/t.yaml` holding `cases`.
 fn project(cases: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    for tree in ["rules", "templates/database", "templates/cache", "examples"] {
+    for tree in [
+        "rules",
+        "templates/database",
+        "templates/cache",
+        "templates/tenant",
+        "examples",
+    ] {
         std::fs::create_dir_all(dir.path().join(tree)).expect("mkdir");
         for entry in std::fs::read_dir(root().join(tree)).expect("read").flatten() {
             if entry.path().is_file() {

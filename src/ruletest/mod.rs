@@ -424,7 +424,7 @@ pub fn error_location(error: &PlanError) -> Option<String> {
         },
         PlanError::InvalidChild { template, .. } => Some(template.clone()),
         PlanError::ForEach { at, .. } => Some(at.clone()),
-        PlanError::InvalidParent(_) => None,
+        PlanError::InvalidParent(_) | PlanError::NamespaceNotAllowed { .. } => None,
     }
 }
 
