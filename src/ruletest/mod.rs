@@ -438,7 +438,12 @@ fn list_or_none(items: &[String]) -> String {
 
 /// `ruleop test` as a command: prints the report (or why nothing ran), writes `junit`, and
 /// returns the exit code: 0 all passed, 1 any failed, 2 nothing could be run.
-pub fn command(sources: &crate::cli::Sources, paths: &[PathBuf], junit: Option<&Path>) -> u8 {
+pub fn command(
+    sources: &crate::cli::Sources,
+    paths: &[PathBuf],
+    tests_dir: Option<PathBuf>,
+    junit: Option<&Path>,
+) -> u8 {
     let set = match crate::rules::load::load(&sources.rules, &sources.templates) {
         Ok(set) => set,
         Err(diagnostics) => {
@@ -446,10 +451,12 @@ pub fn command(sources: &crate::cli::Sources, paths: &[PathBuf], junit: Option<&
             return 2;
         }
     };
-    let default_dir = sources
-        .rules
-        .parent()
-        .map_or_else(|| PathBuf::from("tests"), |p| p.join("tests"));
+    let default_dir = tests_dir.unwrap_or_else(|| {
+        sources
+            .rules
+            .parent()
+            .map_or_else(|| PathBuf::from("tests"), |p| p.join("tests"))
+    });
     let report = match run(&set, paths, &default_dir) {
         Ok(report) => report,
         Err(e) => {
