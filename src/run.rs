@@ -236,7 +236,7 @@ impl Reloader {
                 for diagnostic in &diagnostics.0 {
                     error!(%diagnostic, "rule reload rejected; the last good rules keep running");
                 }
-                metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
+                metrics.reloaded("invalid");
                 self.fingerprint = fingerprint.clone();
                 self.retry = None;
                 let _ = self
@@ -260,7 +260,7 @@ impl Reloader {
         }
         if let Err(e) = check_scopes(&mut set, &kinds) {
             error!(error = %e, "rule reload rejected; the last good rules keep running");
-            metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
+            metrics.reloaded("invalid");
             self.fingerprint = fingerprint.clone();
             self.retry = None;
             let _ = self
@@ -285,10 +285,7 @@ impl Reloader {
         }
         self.fingerprint = fingerprint.clone();
         self.retry = None;
-        self.shared
-            .admin
-            .metrics
-            .inc("ruleop_rule_reloads_total", &[("result", "ok")]);
+        self.shared.admin.metrics.reloaded("ok");
         info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
         let _ = self
             .status
@@ -301,10 +298,7 @@ impl Reloader {
         let delay = self.retry.map_or(RETRY_MIN, |(_, last)| (last * 2).min(RETRY_MAX));
         self.retry = Some((tokio::time::Instant::now() + delay, delay));
         warn!(%error, retry_in = ?delay, "rule reload failed: {what}; the last good rules keep running");
-        self.shared
-            .admin
-            .metrics
-            .inc("ruleop_rule_reloads_total", &[("result", "retrying")]);
+        self.shared.admin.metrics.reloaded("retrying");
         let errors = format!(
             "{error}\n(retrying with backoff, at least every {}s)",
             RETRY_MAX.as_secs()
