@@ -27,10 +27,25 @@ pub struct Sources {
 }
 
 /// The subcommands.
+/// Which metric to watch for what (`ruleop run --help`); the README has the full table.
+const RUN_METRICS_HELP: &str = "\
+Metrics to watch (at --admin-addr /metrics; `controller` and `rule` are the rule's name):
+  controller_runtime_reconcile_total{controller,result}  reconcile rate (success, error, requeue)
+  controller_runtime_reconcile_errors_total{controller}  sustained failures
+  ruleop_reconcile_errors_total{rule,reason}             why reconciles fail
+  controller_runtime_reconcile_time_seconds{controller}  p50/p99 reconcile latency (histogram)
+  controller_runtime_active_workers{controller}          reconciles in flight (backlog at maxConcurrentReconciles)
+  ruleop_last_successful_reconcile_timestamp_seconds     a rule that stopped converging
+  ruleop_rule_reloads_total{result}                      rejected rule edits (invalid, retrying)
+  ruleop_api_writes_total{verb,kind}                     write load; non-zero at rest means a fight
+  ruleop_actions_total{rule,action,result}               action runs and failures
+Alerts and a Grafana dashboard: deploy/observability (a kustomize component).";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator: one controller per rule, reconciling every watched parent. Uses the
     /// kubeconfig (KUBECONFIG or ~/.kube/config) or the in-cluster service account.
+    #[command(after_long_help = RUN_METRICS_HELP)]
     Run {
         #[command(flatten)]
         sources: Sources,

@@ -96,6 +96,76 @@ fn the_metrics_endpoint_is_a_valid_exposition_whose_counters_move_with_a_reconci
         })
         .expect("the reconcile duration histogram of rule database");
     assert!(matches!(&observed.value, prometheus_parse::Value::Histogram(b) if b.len() > 2));
+
+    // The shipped dashboard and alerts name only metrics this scrape has.
+    let names = after.names();
+    for (file, exprs) in [
+        ("grafana-dashboard.json", dashboard_exprs()),
+        ("prometheusrule.yaml", alert_exprs()),
+    ] {
+        assert!(!exprs.is_empty(), "{file} has queries");
+        for expr in exprs {
+            let metrics = metric_names(&expr);
+            assert!(!metrics.is_empty(), "{file}: {expr} names no metric");
+            for metric in metrics {
+                assert!(names.contains(&metric), "{file}: {metric} (in {expr}) is not exported");
+            }
+        }
+    }
+}
+
+fn observability_file(name: &str) -> String {
+    std::fs::read_to_string(root().join("deploy/observability").join(name)).expect(name)
+}
+
+/// Every panel query of the Grafana dashboard.
+fn dashboard_exprs() -> Vec<String> {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&observability_file("grafana-dashboard.json")).expect("the dashboard is JSON");
+    assert!(dashboard["title"].is_string() && dashboard["uid"].is_string());
+    dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|panel| panel["targets"].as_array().cloned().unwrap_or_default())
+        .map(|target| target["expr"].as_str().expect("a target has an expr").to_owned())
+        .collect()
+}
+
+/// Every alert expression of the PrometheusRule (and the alerts the issue asks for exist).
+fn alert_exprs() -> Vec<String> {
+    let rule: serde_json::Value =
+        serde_saphyr::from_str(&observability_file("prometheusrule.yaml")).expect("the PrometheusRule parses");
+    assert_eq!(rule["kind"], "PrometheusRule");
+    let rules: Vec<serde_json::Value> = rule["spec"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|group| group["rules"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let alerts: Vec<&str> = rules.iter().filter_map(|r| r["alert"].as_str()).collect();
+    for alert in [
+        "RuleopReconcileErrors",
+        "RuleopRuleSetRejected",
+        "RuleopNoSuccessfulReconcile",
+        "RuleopLeaderMissing",
+    ] {
+        assert!(alerts.contains(&alert), "{alert} in {alerts:?}");
+    }
+    let kustomization = observability_file("kustomization.yaml");
+    assert!(kustomization.contains("prometheusrule.yaml") && kustomization.contains("grafana-dashboard.json"));
+    rules
+        .iter()
+        .map(|r| r["expr"].as_str().expect("a rule has an expr").to_owned())
+        .collect()
+}
+
+/// The ruleop and controller-runtime metric names in a PromQL expression.
+fn metric_names(expr: &str) -> Vec<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|word| word.starts_with("ruleop_") || word.starts_with("controller_runtime_"))
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
