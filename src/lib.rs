@@ -19,6 +19,7 @@ pub mod controller;
 pub mod diagnostic;
 pub mod health;
 pub mod kinds;
+pub mod leader;
 pub mod metrics;
 pub mod offline;
 pub mod plan;

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
             reload_debounce,
             reload_interval,
             status_namespace,
+            election,
         } => {
             init_logging(log_format);
             let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("error: --{flag}: {e}"));
@@ -50,10 +51,25 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let status_namespace = status_namespace
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .or_else(|| namespace.clone())
-                .unwrap_or_else(|| "default".to_owned());
+            let own_namespace = |flag: Option<String>| {
+                flag.or_else(|| std::env::var("POD_NAMESPACE").ok())
+                    .or_else(|| namespace.clone())
+                    .unwrap_or_else(|| "default".to_owned())
+            };
+            let status_namespace = own_namespace(status_namespace);
+            let election = match election.timing() {
+                Ok(timing) if election.leader_elect => Some(ruleop::leader::Election {
+                    namespace: own_namespace(election.lease_namespace.clone()),
+                    name: election.lease_name.clone(),
+                    identity: ruleop::leader::identity(),
+                    timing,
+                }),
+                Ok(_) => None,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let settings = RunSettings {
                 sources,
                 namespace,
@@ -62,6 +78,7 @@ fn main() -> ExitCode {
                 reload_debounce,
                 reload_interval,
                 status_namespace,
+                election,
             };
             return match tokio::runtime::Runtime::new().map(|rt| rt.block_on(run(settings))) {
                 Ok(Ok(())) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub struct Metrics {
     counters: Mutex<BTreeMap<(&'static str, String), u64>>,
+    gauges: Mutex<BTreeMap<&'static str, i64>>,
 }
 
 impl Metrics {
@@ -19,6 +20,13 @@ impl Metrics {
             .join(",");
         if let Ok(mut counters) = self.counters.lock() {
             *counters.entry((name, labels)).or_insert(0) += 1;
+        }
+    }
+
+    /// Sets the unlabelled gauge `name` (e.g. `ruleop_leader`: 1 while this replica leads).
+    pub fn set(&self, name: &'static str, value: i64) {
+        if let Ok(mut gauges) = self.gauges.lock() {
+            gauges.insert(name, value);
         }
     }
 
@@ -48,6 +56,11 @@ impl Metrics {
             }
             out.push_str(&format!("{name}{{{labels}}} {value}\n"));
         }
+        if let Ok(gauges) = self.gauges.lock() {
+            for (name, value) in gauges.iter() {
+                out.push_str(&format!("# TYPE {name} gauge\n{name} {value}\n"));
+            }
+        }
         out
     }
 }
@@ -68,5 +81,7 @@ mod tests {
             m.render()
                 .contains("ruleop_reconciles_total{rule=\"db\",result=\"ok\"} 2\n")
         );
+        m.set("ruleop_leader", 1);
+        assert!(m.render().ends_with("# TYPE ruleop_leader gauge\nruleop_leader 1\n"));
     }
 }
