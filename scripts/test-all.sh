@@ -15,6 +15,9 @@ step "format and lints"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 
+step "container image (make image)"
+scripts/image.sh
+
 step "control plane build"
 "$ctl" build
 
