@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test bench check schema control-plane deploy-config rbac image
+.PHONY: demo test bench check schema control-plane deploy-config rbac image fuzz
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -27,3 +27,6 @@ rbac:            ## regenerate deploy/rbac/clusterrole.yaml from the rules
 
 image:           ## container image without a daemon: static binary -> target/ruleop-image.tar (OCI archive)
 	scripts/image.sh
+
+fuzz:            ## cargo-fuzz every target for FUZZ_SECONDS (default 60) each; see fuzz/README.md
+	scripts/fuzz.sh

@@ -92,8 +92,57 @@ pub enum Command {
         #[arg(long, env = "RULEOP_CRDS", default_value = "deploy/crds")]
         crds: std::path::PathBuf,
     },
-    /// Print the JSON Schema of rule files (for editors; committed as schema/rule.schema.json).
-    Schema,
+    /// Print the JSON Schema of rule files (for editors; committed as schema/rule.schema.json),
+    /// or with `--kind rule-test` of test files (schema/ruletest.schema.json).
+    Schema {
+        /// Which documents.
+        #[arg(long, value_enum, default_value_t = SchemaKind::Rule)]
+        kind: SchemaKind,
+    },
+    /// Run rule tests offline: each case of each `kind: RuleTest` document plans a parent and
+    /// checks children, prunes, actions, status or an expected error. One PASS/FAIL line per
+    /// case with its file:line, the first mismatch of a failure, a summary. Exit 0 when all
+    /// pass, 1 when any fails, 2 when nothing could be run.
+    Test {
+        #[command(flatten)]
+        sources: Sources,
+        /// Test files, or directories searched recursively for YAML files with RuleTest
+        /// documents (default: `tests/` beside the rules directory).
+        paths: Vec<PathBuf>,
+        /// Also write the results as JUnit XML to this file.
+        #[arg(long, env = "RULEOP_JUNIT")]
+        junit: Option<PathBuf>,
+    },
+    /// Show what a proposed rule set would change in the live cluster, without writing: per
+    /// parent a unified diff of each child's managed fields (live vs a server-side apply dry
+    /// run), children created and pruned, actions that would run, the status change.
+    /// Exit 0: no change; 1: changes; 2: error.
+    ///
+    /// Permissions: get, list on the watched kinds; list and patch (server-side apply with
+    /// dryRun=All, which the API server never persists) on child kinds, plus create for
+    /// children that do not exist yet; get on looked-up kinds; API discovery.
+    Diff {
+        #[command(flatten)]
+        sources: Sources,
+        /// Only parents in this namespace (default: all namespaces).
+        #[arg(long, short = 'n', env = "RULEOP_NAMESPACE")]
+        namespace: Option<String>,
+        /// Only parents matching this label selector (as well as the rule's own).
+        #[arg(long, short = 'l')]
+        selector: Option<String>,
+        /// The time stamped on changed conditions (RFC 3339; default: now).
+        #[arg(long, env = "RULEOP_NOW")]
+        now: Option<String>,
+    },
+}
+
+/// Which JSON Schema `ruleop schema` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchemaKind {
+    /// `kind: Rule` documents.
+    Rule,
+    /// `kind: RuleTest` documents.
+    RuleTest,
 }
 
 /// How `render` prints the plan.

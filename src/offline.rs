@@ -1,4 +1,4 @@
-//! The offline commands: `check`, `render` and `schema`. No cluster, no client.
+//! The offline commands: `check`, `render`, `rbac` and `schema`. No cluster, no client.
 
 use std::path::Path;
 
@@ -94,29 +94,20 @@ pub fn render(
     now: &str,
 ) -> Result<String, CommandError> {
     let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
-    let (parent, notes) = read_parent(file)?;
-    let rule = rule_for(&set, &parent, file)?;
+    let parent = read_parent(file)?;
     let files = match observed_dir {
         Some(dir) => read_observed(dir)?,
         None => Vec::new(),
     };
-    let looked_up = ObservedLookups(files.clone());
-    let lookup_keys = wanted_lookups(&set, rule, &parent);
-    let observed: Vec<Value> = files
-        .into_iter()
-        .filter(|object| has_label(object, LABEL_CHILD) || !lookup_keys.iter().any(|k| looked_up.matches(object, k)))
-        .map(|mut object| {
-            adopt(&mut object, rule, &parent);
-            object
-        })
-        .collect();
-    let plan = plan::plan_with(&set.renderer, rule, &parent, &observed, &looked_up, now).map_err(|e| {
+    let planned = plan_offline(&set, parent, files, file, now)?;
+    let plan = planned.result.map_err(|e| {
         CommandError(format!(
             "{}: error: {e}\n  the parent would get Ready=False (reason {}); nothing would be applied",
             file.display(),
             e.reason()
         ))
     })?;
+    let (rule, parent, notes) = (planned.rule, planned.parent, planned.notes);
     Ok(match output {
         OutputFormat::Json => {
             serde_json::to_string_pretty(&json!({"rule": rule.name, "notes": notes, "plan": plan})).unwrap_or_default()
@@ -125,8 +116,52 @@ pub fn render(
     })
 }
 
+/// A parent planned offline, as `render` and `ruleop test` see it.
+#[derive(Debug)]
+pub struct Planned<'a> {
+    /// The rule watching the parent's kind.
+    pub rule: &'a Rule,
+    /// The parent, with placeholders for a missing uid, namespace or generation.
+    pub parent: Value,
+    /// Which placeholders were used.
+    pub notes: Vec<String>,
+    /// The plan, or why none could be made (what the parent's `Ready` would say).
+    pub result: Result<Plan, plan::PlanError>,
+}
+
+/// Plans one parent offline against `files`: observed children (unlabelled ones are adopted as
+/// the first child id of their kind) and looked-up objects (matched by apiVersion, kind, name).
+/// `origin` names where the parent came from in errors.
+pub fn plan_offline<'a>(
+    set: &'a RuleSet,
+    mut parent: Value,
+    files: Vec<Value>,
+    origin: &Path,
+    now: &str,
+) -> Result<Planned<'a>, CommandError> {
+    let notes = fill_placeholders(&mut parent, origin)?;
+    let rule = rule_for(set, &parent, origin)?;
+    let looked_up = ObservedLookups(files.clone());
+    let lookup_keys = wanted_lookups(set, rule, &parent);
+    let observed: Vec<Value> = files
+        .into_iter()
+        .filter(|object| has_label(object, LABEL_CHILD) || !lookup_keys.iter().any(|k| looked_up.matches(object, k)))
+        .map(|mut object| {
+            adopt(&mut object, rule, &parent);
+            object
+        })
+        .collect();
+    let result = plan::plan_with(&set.renderer, rule, &parent, &observed, &looked_up, now);
+    Ok(Planned {
+        rule,
+        parent,
+        notes,
+        result,
+    })
+}
+
 /// Every document of a YAML file, or an error naming the file and the place.
-fn read_yaml_file(path: &Path) -> Result<Vec<Value>, CommandError> {
+pub(crate) fn read_yaml_file(path: &Path) -> Result<Vec<Value>, CommandError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CommandError(format!("{}: error: cannot read: {e}", path.display())))?;
     yaml::documents(&text).map_err(|e| {
@@ -140,7 +175,8 @@ fn read_yaml_file(path: &Path) -> Result<Vec<Value>, CommandError> {
     })
 }
 
-fn read_parent(file: &Path) -> Result<(Value, Vec<String>), CommandError> {
+/// Reads the one object of a parent file.
+pub(crate) fn read_parent(file: &Path) -> Result<Value, CommandError> {
     let mut docs = read_yaml_file(file)?;
     if docs.len() != 1 || !docs[0].is_object() {
         return Err(CommandError(format!(
@@ -149,13 +185,18 @@ fn read_parent(file: &Path) -> Result<(Value, Vec<String>), CommandError> {
             docs.len()
         )));
     }
-    let mut parent = docs.remove(0);
+    Ok(docs.remove(0))
+}
+
+/// Gives a parent read from a file a placeholder uid, namespace and generation where it has
+/// none; returns a note for each.
+fn fill_placeholders(parent: &mut Value, origin: &Path) -> Result<Vec<String>, CommandError> {
     let mut notes = Vec::new();
     let metadata = parent
         .as_object_mut()
         .map(|m| m.entry("metadata").or_insert_with(|| json!({})))
         .and_then(Value::as_object_mut)
-        .ok_or_else(|| CommandError(format!("{}: error: metadata is not a mapping", file.display())))?;
+        .ok_or_else(|| CommandError(format!("{}: error: metadata is not a mapping", origin.display())))?;
     for (field, placeholder) in [
         ("uid", json!(PLACEHOLDER_UID)),
         ("namespace", json!("default")),
@@ -166,7 +207,7 @@ fn read_parent(file: &Path) -> Result<(Value, Vec<String>), CommandError> {
             metadata.insert(field.to_owned(), placeholder);
         }
     }
-    Ok((parent, notes))
+    Ok(notes)
 }
 
 fn rule_for<'a>(set: &'a RuleSet, parent: &Value, file: &Path) -> Result<&'a Rule, CommandError> {
@@ -189,7 +230,7 @@ fn rule_for<'a>(set: &'a RuleSet, parent: &Value, file: &Path) -> Result<&'a Rul
 }
 
 /// Reads every object of the `--observed` directory.
-fn read_observed(dir: &Path) -> Result<Vec<Value>, CommandError> {
+pub(crate) fn read_observed(dir: &Path) -> Result<Vec<Value>, CommandError> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| CommandError(format!("{}: error: cannot read directory: {e}", dir.display())))?
         .flatten()
@@ -353,9 +394,12 @@ pub fn rbac(sources: &Sources, crds: &Path) -> Result<String, CommandError> {
     ))
 }
 
-/// `ruleop schema`: the JSON Schema of rule files.
-pub fn schema() -> String {
-    let schema = schemars::schema_for!(crate::rules::model::RuleDocument);
+/// `ruleop schema`: the JSON Schema of rule files, or of test files.
+pub fn schema(kind: crate::cli::SchemaKind) -> String {
+    let schema = match kind {
+        crate::cli::SchemaKind::Rule => schemars::schema_for!(crate::rules::model::RuleDocument),
+        crate::cli::SchemaKind::RuleTest => schemars::schema_for!(crate::ruletest::model::RuleTestDocument),
+    };
     let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
     text.push('\n');
     text

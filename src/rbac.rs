@@ -98,3 +98,35 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
         "rules": rules,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::rules::load::load;
+
+    #[test]
+    fn looked_up_kinds_are_granted_read_verbs_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (rules, templates) = (dir.path().join("rules"), dir.path().join("templates"));
+        std::fs::create_dir_all(&rules).expect("mkdir");
+        std::fs::create_dir_all(&templates).expect("mkdir");
+        std::fs::write(
+            rules.join("app.yaml"),
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: app}\nspec:\n  watch: {apiVersion: example.com/v1, kind: App}\n  lookups:\n    - {id: defaults, apiVersion: v1, kind: ConfigMap, name: platform-defaults, namespace: platform}\n    - {id: token, apiVersion: v1, kind: Secret, name: \"{{ metadata.name }}-token\"}\n",
+        )
+        .expect("write rule");
+        let set = load(&rules, &templates).expect("valid rules");
+        let crds = BTreeMap::from([(("example.com".to_owned(), "App".to_owned()), "apps".to_owned())]);
+        let role = cluster_role(&set, &crds).expect("role");
+        let read_only = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .find(|r| r["apiGroups"] == json!([""]))
+            .expect("core group rule");
+        assert_eq!(read_only["resources"], json!(["configmaps", "secrets"]));
+        assert_eq!(read_only["verbs"], json!(["get", "list", "watch"]));
+    }
+}

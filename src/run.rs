@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::admin::{self, AdminState};
 use crate::cli::Sources;
@@ -76,10 +76,9 @@ impl Supervisor {
         }
         for rule in &set.rules {
             let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
-            let same_kinds = self
-                .running
-                .get(&rule.name)
-                .is_some_and(|r| r.watched == watched && r.owned == child_kinds(rule));
+            let same_kinds = self.running.get(&rule.name).is_some_and(|r| {
+                r.watched == watched && r.owned == child_kinds(rule) && r.looked_up == rule.lookup_kinds()
+            });
             if same_kinds {
                 if let Some(running) = self.running.get_mut(&rule.name)
                     && running.digest != rule.digest
@@ -110,7 +109,7 @@ impl Supervisor {
 
 /// Runs the operator until SIGTERM or SIGINT.
 pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
-    // Taken before loading: a change in between shows as a new fingerprint at the first reload.
+    // Taken before reading, so an edit racing the first load is reloaded, not missed.
     let loaded_fingerprint = fingerprint(&settings.sources.rules, &settings.sources.templates);
     let set = load(&settings.sources.rules, &settings.sources.templates)
         .map_err(|d| anyhow::anyhow!("the rules are invalid:\n{d}"))?;
@@ -125,6 +124,19 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let mut kinds = Kinds::default();
     kinds.resolve(&client, &set).await?;
     check_scopes(&set, &kinds)?;
+    let status = StatusReporter::new(client.clone(), &settings.status_namespace);
+    if let Err(e) = status.check_writable().await {
+        if matches!(&e, kube::Error::Api(status) if status.code == 403) {
+            anyhow::bail!(
+                "ruleop may not write the ConfigMap {}/{STATUS_CONFIGMAP}, where it reports the state of the rules ({}). \
+                 Grant its ServiceAccount get/create/patch on ConfigMaps in that namespace, or set \
+                 --status-namespace (or POD_NAMESPACE) to a namespace where it may",
+                settings.status_namespace,
+                crate::diagnostic::bounded(&e.to_string(), 500)
+            );
+        }
+        warn!(error = %e, "cannot check that the {STATUS_CONFIGMAP} ConfigMap is writable");
+    }
     let admin = Arc::new(AdminState::default());
     Health::spawn_heartbeat(admin.health.clone());
     let bound = admin::serve(settings.admin_addr, admin.clone())
@@ -137,7 +149,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     if let Some(election) = &settings.election {
         // A standby is ready: it serves nothing, but must not fail its probes while it waits.
         admin.health.set_started(true);
-        admin.metrics.set("ruleop_leader", 0);
+        admin.metrics.set("ruleop_leader", &[], 0);
         let elector = Elector::new(
             lease_client,
             &election.namespace,
@@ -146,7 +158,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
             election.timing,
         );
         let gauge = admin.clone();
-        let on_change = move |leading: bool| gauge.metrics.set("ruleop_leader", i64::from(leading));
+        let on_change = move |leading: bool| gauge.metrics.set("ruleop_leader", &[], u64::from(leading));
         tokio::select! {
             held = leader::acquire(elector, fence.clone(), on_change) => leadership = Some(held),
             () = &mut shutdown => {
@@ -174,12 +186,13 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     info!(rules = set.rules.len(), "ruleop running");
     let mut reloader = Reloader {
         fingerprint: loaded_fingerprint,
-        status: StatusReporter::new(shared.client.clone(), &settings.status_namespace),
+        status,
         settings: settings.clone(),
         shared: shared.clone(),
         supervisor,
+        retry: None,
     };
-    reloader
+    let _ = reloader
         .status
         .report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint)
         .await;
@@ -192,6 +205,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     reloader.reload().await;
     let mut lost = false;
     loop {
+        let retry_at = reloader.retry.map(|(at, _)| at);
         tokio::select! {
             () = &mut shutdown => break,
             () = lease_lost(&mut leadership) => {
@@ -199,6 +213,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
                 break;
             }
             () = watcher.changed(settings.reload_debounce, settings.reload_interval) => reloader.reload().await,
+            () = sleep_until(retry_at) => reloader.reload().await,
         }
     }
     info!("shutting down: letting in-flight reconciles finish");
@@ -226,25 +241,45 @@ fn rule_names(set: &RuleSet) -> String {
     set.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(",")
 }
 
+/// The first wait before retrying a rule set that failed for a reason outside its files (a kind
+/// not served yet, a controller that did not start); it doubles up to [`RETRY_MAX`].
+pub const RETRY_MIN: Duration = Duration::from_secs(1);
+/// The longest wait between retries: a CRD created after its rule takes effect within this.
+pub const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Serialised reloads: one at a time, each building a complete new rule set.
 struct Reloader {
     settings: RunSettings,
     shared: Arc<Shared>,
     supervisor: Supervisor,
+    /// The files last dealt with for good: put in force, or rejected for their content. A set
+    /// that failed for a passing reason (discovery, a controller start) is not recorded, so it
+    /// is tried again.
     fingerprint: String,
+    /// After such a failure: when to try again and the wait that led there.
+    retry: Option<(tokio::time::Instant, Duration)>,
     status: StatusReporter,
 }
 
 impl Reloader {
-    /// Rebuilds the rule set if the files changed. Valid: swap it in and re-sync controllers.
-    /// Invalid: keep the last good set running and report every error with its location.
+    /// Rebuilds the rule set if the files changed (or a retry is due). Valid: swap it in and
+    /// re-sync controllers. Invalid: keep the last good set running and report every error with
+    /// its location. Not resolvable yet: report it and retry with backoff.
     async fn reload(&mut self) {
         let sources = &self.settings.sources;
         let fingerprint = fingerprint(&sources.rules, &sources.templates);
         if fingerprint == self.fingerprint {
+            self.retry = None;
             return;
         }
-        self.fingerprint = fingerprint.clone();
         let started = std::time::Instant::now();
         let metrics = &self.shared.admin.metrics;
         let set = match load(&sources.rules, &sources.templates) {
@@ -254,7 +289,10 @@ impl Reloader {
                     error!(%diagnostic, "rule reload rejected; the last good rules keep running");
                 }
                 metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
-                self.status
+                self.fingerprint = fingerprint.clone();
+                self.retry = None;
+                let _ = self
+                    .status
                     .report(ReloadState::Rejected(diagnostics.to_string()), "", &fingerprint)
                     .await;
                 return;
@@ -262,15 +300,23 @@ impl Reloader {
         };
         let (_, current_kinds) = self.shared.snapshot();
         let mut kinds = (*current_kinds).clone();
-        let resolved = kinds
-            .resolve(&self.shared.client, &set)
-            .await
-            .map_err(anyhow::Error::from)
-            .and_then(|()| check_scopes(&set, &kinds));
-        if let Err(e) = resolved {
+        if let Err(e) = kinds.resolve(&self.shared.client, &set).await {
+            // The kind may be served later (its CRD applied after the rule): try again.
+            self.retry_later(
+                &fingerprint,
+                "the rules name a kind the API server does not serve",
+                &e.to_string(),
+            )
+            .await;
+            return;
+        }
+        if let Err(e) = check_scopes(&set, &kinds) {
             error!(error = %e, "rule reload rejected; the last good rules keep running");
             metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
-            self.status
+            self.fingerprint = fingerprint.clone();
+            self.retry = None;
+            let _ = self
+                .status
                 .report(ReloadState::Rejected(e.to_string()), "", &fingerprint)
                 .await;
             return;
@@ -281,13 +327,41 @@ impl Reloader {
             Err(poisoned) => *poisoned.into_inner() = (set.clone(), kinds.clone()),
         }
         if let Err(e) = self.supervisor.sync(&set, &kinds).await {
-            error!(error = %e, "starting controllers for the new rules failed");
+            self.retry_later(
+                &fingerprint,
+                "starting controllers for the new rules failed",
+                &format!("{e:#}"),
+            )
+            .await;
+            return;
         }
-        metrics.inc("ruleop_rule_reloads_total", &[("result", "ok")]);
+        self.fingerprint = fingerprint.clone();
+        self.retry = None;
+        self.shared
+            .admin
+            .metrics
+            .inc("ruleop_rule_reloads_total", &[("result", "ok")]);
         info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
-        self.status
+        let _ = self
+            .status
             .report(ReloadState::Loaded, &rule_names(&set), &fingerprint)
             .await;
+    }
+
+    /// Reports a failure that may pass and schedules the next attempt.
+    async fn retry_later(&mut self, fingerprint: &str, what: &str, error: &str) {
+        let delay = self.retry.map_or(RETRY_MIN, |(_, last)| (last * 2).min(RETRY_MAX));
+        self.retry = Some((tokio::time::Instant::now() + delay, delay));
+        warn!(%error, retry_in = ?delay, "rule reload failed: {what}; the last good rules keep running");
+        self.shared
+            .admin
+            .metrics
+            .inc("ruleop_rule_reloads_total", &[("result", "retrying")]);
+        let errors = format!(
+            "{error}\n(retrying with backoff, at least every {}s)",
+            RETRY_MAX.as_secs()
+        );
+        let _ = self.status.report(ReloadState::Rejected(errors), "", fingerprint).await;
     }
 }
 
@@ -346,7 +420,8 @@ enum ReloadState {
 /// Writes the `ruleop-status` ConfigMap, where users look after editing rules.
 struct StatusReporter {
     api: Api<k8s_openapi::api::core::v1::ConfigMap>,
-    last: Option<String>,
+    /// What the ConfigMap says (state, errors, fingerprint, rules), once known.
+    last: Option<[String; 4]>,
 }
 
 impl StatusReporter {
@@ -357,11 +432,50 @@ impl StatusReporter {
         }
     }
 
-    async fn report(&mut self, state: ReloadState, rules: &str, fingerprint: &str) {
+    /// Whether ruleop may write the ConfigMap: a server-side dry run, which is authorized like
+    /// the real write but stores nothing.
+    async fn check_writable(&self) -> Result<(), kube::Error> {
+        let object = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": STATUS_CONFIGMAP},
+        });
+        let params = PatchParams::apply(crate::apply::FIELD_MANAGER).force().dry_run();
+        self.api
+            .patch(STATUS_CONFIGMAP, &params, &Patch::Apply(&object))
+            .await
+            .map(drop)
+    }
+
+    /// Writes the state unless the ConfigMap already says it (a restart over unchanged rules
+    /// writes nothing). A failure is logged and returned.
+    async fn report(&mut self, state: ReloadState, rules: &str, fingerprint: &str) -> Result<(), kube::Error> {
         let (state, errors) = match state {
             ReloadState::Loaded => ("Loaded", String::new()),
             ReloadState::Rejected(errors) => ("Rejected", errors),
         };
+        let said = [
+            state.to_owned(),
+            errors.clone(),
+            fingerprint.to_owned(),
+            rules.to_owned(),
+        ];
+        if self.last.is_none() {
+            // After a restart: what is there may already say it.
+            if let Ok(Some(existing)) = self.api.get_opt(STATUS_CONFIGMAP).await {
+                let data = existing.data.unwrap_or_default();
+                let field = |key: &str| data.get(key).cloned().unwrap_or_default();
+                self.last = Some([
+                    field("state"),
+                    field("errors"),
+                    field("fingerprint"),
+                    field("rulesInForce"),
+                ]);
+            }
+        }
+        if self.last.as_ref() == Some(&said) {
+            debug!(state, "the {STATUS_CONFIGMAP} ConfigMap already says so; not written");
+            return Ok(());
+        }
         let mut data = serde_json::json!({
             "state": state,
             "errors": errors,
@@ -371,10 +485,6 @@ impl StatusReporter {
         if !rules.is_empty() {
             data["rulesInForce"] = serde_json::json!(rules);
         }
-        let key = format!("{state}{errors}{fingerprint}");
-        if self.last.as_deref() == Some(key.as_str()) {
-            return;
-        }
         let object = serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": STATUS_CONFIGMAP, "labels": {"app.kubernetes.io/managed-by": "ruleop"}},
@@ -382,8 +492,14 @@ impl StatusReporter {
         });
         let params = PatchParams::apply(crate::apply::FIELD_MANAGER).force();
         match self.api.patch(STATUS_CONFIGMAP, &params, &Patch::Apply(&object)).await {
-            Ok(_) => self.last = Some(key),
-            Err(e) => warn!(error = %e, "writing the {STATUS_CONFIGMAP} ConfigMap failed"),
+            Ok(_) => {
+                self.last = Some(said);
+                Ok(())
+            }
+            Err(e) => {
+                warn!(error = %e, "writing the {STATUS_CONFIGMAP} ConfigMap failed");
+                Err(e)
+            }
         }
     }
 }

@@ -22,7 +22,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::{Deserialize, Deserializer};
 use tracing::warn;
 
-use crate::health::{PROBE_INTERVAL, Transition, WatchToken, bounded};
+use crate::diagnostic::bounded;
+use crate::health::{PROBE_INTERVAL, Transition, WatchToken};
 
 /// Longest decode error kept (logs, Events).
 const MAX_ERROR: usize = 300;
@@ -82,7 +83,7 @@ impl Tolerant {
                     .unwrap_or_default();
                 Tolerant::Undecodable {
                     metadata,
-                    error: bounded(&e.to_string(), MAX_ERROR),
+                    error: bounded(&e.to_string(), MAX_ERROR).into_owned(),
                 }
             }
         }

@@ -54,7 +54,7 @@ fn backup(name: &str) -> String {
 fn each_spec_change_runs_the_backup_once_and_a_status_change_does_not() {
     install_crds();
     let ns = Namespace::new("act-gen");
-    let _operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
     apply_yaml(&ns.0, &backup("orders"));
     wait_until(WAIT, "the first backup", || {
         jobs_per_parent(&ns.0).get("orders") == Some(&1)
@@ -72,8 +72,9 @@ fn each_spec_change_runs_the_backup_once_and_a_status_change_does_not() {
     wait_until(WAIT, "the record", || {
         get(&ns.0, "database/orders", "{.status.actions.backup.guardValue}") == "generation=3"
     });
-    merge_patch_status(&ns.0, "database/orders", r#"{"status":{"endpoint":"changed"}}"#);
-    std::thread::sleep(Duration::from_secs(2));
+    operator.reconciled_after("database", || {
+        merge_patch_status(&ns.0, "database/orders", r#"{"status":{"endpoint":"changed"}}"#);
+    });
     assert_eq!(
         jobs_per_parent(&ns.0).get("orders"),
         Some(&3),
@@ -94,7 +95,7 @@ fn each_spec_change_runs_the_backup_once_and_a_status_change_does_not() {
 fn the_backup_request_annotation_runs_once_per_distinct_value() {
     install_crds();
     let ns = Namespace::new("act-ann");
-    let _operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
     apply_yaml(&ns.0, &database("orders", 1, ""));
     wait_until(WAIT, "convergence", || {
         get(&ns.0, "database/orders", "{.status.observedGeneration}") == "1"
@@ -113,16 +114,17 @@ fn the_backup_request_annotation_runs_once_per_distinct_value() {
             jobs_per_parent(&ns.0).get("orders") == Some(&expected)
         });
     }
-    kubectl_ok(&[
-        "annotate",
-        "--overwrite",
-        "-n",
-        &ns.0,
-        "database/orders",
-        "myorg.io/backup-request=2026-11-29T11:00:00Z",
-    ]);
-    kubectl_ok(&["label", "--overwrite", "-n", &ns.0, "database/orders", "touched=yes"]);
-    std::thread::sleep(Duration::from_secs(2));
+    operator.reconciled_after("database", || {
+        kubectl_ok(&[
+            "annotate",
+            "--overwrite",
+            "-n",
+            &ns.0,
+            "database/orders",
+            "myorg.io/backup-request=2026-11-29T11:00:00Z",
+        ]);
+        kubectl_ok(&["label", "--overwrite", "-n", &ns.0, "database/orders", "touched=yes"]);
+    });
     assert_eq!(
         jobs_per_parent(&ns.0).get("orders"),
         Some(&2),

@@ -180,3 +180,63 @@ fn generated_deploy_files_are_fresh() {
     committed.sort();
     assert_eq!(committed, fresh, "stale: run `make deploy-config`");
 }
+
+#[test]
+fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
+    let out = kubectl(&["apply", "-k", &root().join("deploy").display().to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    kubectl_ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]);
+    let (_dir, kubeconfig) = service_account_kubeconfig("ruleop-system", "ruleop");
+    let whoami = Command::new("kubectl")
+        .args(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .expect("kubectl auth whoami");
+    assert_eq!(
+        String::from_utf8_lossy(&whoami.stdout),
+        "system:serviceaccount:ruleop-system:ruleop",
+        "{}",
+        String::from_utf8_lossy(&whoami.stderr)
+    );
+
+    let ns = Namespace::new("deploy-sa");
+    // What the Deployment mounts: deploy/config (checked equal to rules/ and templates/ above).
+    let operator = Operator::start_on(
+        &kubeconfig,
+        &root().join("deploy/config/rules"),
+        &root().join("deploy/config/templates"),
+        &ns.0,
+        &["--status-namespace", "ruleop-system"],
+    );
+    apply_yaml(&ns.0, &database("orders", 1, "  backup:\n    enabled: true\n"));
+    wait_until(
+        std::time::Duration::from_secs(60),
+        "the Database to converge under deploy/'s RBAC",
+        || {
+            get(&ns.0, "database/orders", "{.status.observedGeneration}") == "1"
+                && get(&ns.0, "database/orders", "{.status.actions.backup.phase}") == "Done"
+        },
+    );
+    for child in ["service/orders-svc", "statefulset/orders"] {
+        assert!(exists(&ns.0, child), "{child} missing");
+    }
+    assert_eq!(
+        kubectl_ok(&["get", "jobs", "-n", &ns.0, "-o", "name"]).lines().count(),
+        1,
+        "one backup Job"
+    );
+    let events = kubectl_ok(&["get", "events", "-n", &ns.0, "-o", "jsonpath={.items[*].reason}"]);
+    assert!(
+        events.contains("ChildCreated") && events.contains("ActionRan"),
+        "events: {events}"
+    );
+    assert_eq!(
+        get("ruleop-system", "configmap/ruleop-status", "{.data.state}"),
+        "Loaded"
+    );
+    let log = operator.log_text();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "a request was forbidden:\n{log}"
+    );
+}

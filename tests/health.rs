@@ -84,3 +84,53 @@ fn readiness_drops_and_liveness_holds_while_the_api_server_is_unreachable() {
     assert_eq!(code, 200, "{body}");
     assert!(operator.is_running());
 }
+
+#[test]
+fn readiness_is_false_while_a_watched_kind_cannot_be_listed() {
+    install_crds();
+    let ns = Namespace::new("health-list");
+    kubectl_ok(&["create", "serviceaccount", "ruleop-test", "-n", &ns.0]);
+    // Everything the shipped rules need in the namespace, except StatefulSets.
+    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: partial}\nrules:\n  - apiGroups: [myorg.io]\n    resources: [databases, caches, databases/status, caches/status]\n    verbs: [get, list, watch, patch]\n  - apiGroups: [\"\"]\n    resources: [services, configmaps]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [apps]\n    resources: [deployments]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [batch]\n    resources: [jobs]\n    verbs: [create]\n  - apiGroups: [events.k8s.io]\n    resources: [events]\n    verbs: [create, patch]\n";
+    apply_yaml(&ns.0, role);
+    let account = format!("--serviceaccount={}:ruleop-test", ns.0);
+    kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "partial",
+        "-n",
+        &ns.0,
+        "--role=partial",
+        &account,
+    ]);
+    let (_dir, kubeconfig) = service_account_kubeconfig(&ns.0, "ruleop-test");
+    let operator = Operator::spawn_on(&kubeconfig, &root().join("rules"), &templates(), &ns.0, &[]);
+    wait_until(WAIT, "/readyz to name the kind that cannot be listed", || {
+        not_ready_because(&operator, "watch of StatefulSet (apps/v1) failing for")
+    });
+    let (code, body) = operator.get_status("/readyz").expect("readyz");
+    assert!(body.contains("forbidden"), "{code}: {body}");
+    assert_eq!(operator.get_status("/healthz").map(|(code, _)| code), Some(200));
+
+    kubectl_ok(&[
+        "create",
+        "role",
+        "statefulsets",
+        "-n",
+        &ns.0,
+        "--verb=get,list,watch,create,patch,delete",
+        "--resource=statefulsets.apps",
+    ]);
+    kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "statefulsets",
+        "-n",
+        &ns.0,
+        "--role=statefulsets",
+        &account,
+    ]);
+    wait_until(Duration::from_secs(60), "/readyz once the kind can be listed", || {
+        operator.ready()
+    });
+}

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::custom::{CustomKind, nested_json};
 use support::*;
@@ -64,4 +64,64 @@ fn a_parent_nested_300_levels_deep_costs_only_itself() {
     ]);
     assert!(reasons.contains("Undecodable"), "Events on the deep parent: {reasons}");
     assert!(!exists(&ns.0, "configmap/deep-cm"));
+}
+
+#[test]
+fn a_fight_over_replicas_is_corrected_at_a_bounded_rate_and_reported() {
+    install_crds();
+    let ns = Namespace::new("hostile-fight");
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 2, ""));
+    wait_until(WAIT, "the StatefulSet", || {
+        get(&ns.0, "statefulset/orders", "{.spec.replicas}") == "2"
+    });
+    let writes = || operator.metric("ruleop_api_writes_total", &[("kind", "StatefulSet")]);
+    let before = writes();
+    let started = Instant::now();
+    let mut changes = 0;
+    while started.elapsed() < Duration::from_secs(20) {
+        let tick = Instant::now();
+        changes += 1;
+        merge_patch(
+            &ns.0,
+            "statefulset/orders",
+            &format!(r#"{{"spec":{{"replicas":{}}}}}"#, 10 + changes % 5),
+        );
+        std::thread::sleep(Duration::from_millis(100).saturating_sub(tick.elapsed()));
+    }
+    wait_until(WAIT, "ruleop to correct the last change", || {
+        get(&ns.0, "statefulset/orders", "{.spec.replicas}") == "2"
+    });
+    let repairs = writes() - before;
+    eprintln!("{changes} changes by another writer in 20s; ruleop wrote the StatefulSet {repairs} times");
+    assert!(repairs <= 12, "{repairs} writes for {changes} changes");
+    let notes = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.0,
+        "--field-selector",
+        "reason=DriftFight",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(notes.contains("field manager \"kubectl-patch\""), "{notes}");
+    assert!(operator.metric("ruleop_drift_repairs_deferred_total", &[("kind", "StatefulSet")]) > 0);
+}
+
+#[test]
+fn failing_parents_are_forgotten_once_deleted() {
+    let kind = CustomKind::new("hostile-forget", "Thing");
+    kind.install();
+    let ns = Namespace::new("hostile-forget");
+    let (rules, templates) = kind.config_map_rule("thing");
+    let operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    let remembered = || operator.metric("ruleop_parents_remembered", &[("rule", "thing")]);
+    for i in 0..4 {
+        // No spec.size: the template fails, so the parent fails and backs off.
+        apply_yaml(&ns.0, &kind.object(&format!("bad-{i}"), "{}"));
+    }
+    wait_until(WAIT, "the failing parents to be remembered", || remembered() >= 4);
+    kubectl_ok(&["delete", &kind.resource(), "--all", "-n", &ns.0]);
+    wait_until(WAIT, "deleted parents to be forgotten", || remembered() == 0);
 }

@@ -47,14 +47,27 @@ fn a_new_database_gets_its_service_statefulset_and_status() {
         get(&ns.0, "database/orders", "{.status.endpoint}"),
         format!("orders-svc.{}.svc:5432", ns.0)
     );
+    // No kubelet runs the pods, so the StatefulSet reports no ready replica: Ready is False for
+    // that reason, and turns True once its status (written here as its controller would) says so.
     assert_eq!(
-        get(
-            &ns.0,
-            "database/orders",
-            "{.status.conditions[?(@.type==\"Ready\")].status}"
+        (
+            ready(&ns.0, "orders", "status"),
+            ready(&ns.0, "orders", "reason"),
+            ready(&ns.0, "orders", "message")
         ),
-        "False"
+        ("False".into(), "ReplicasNotReady".into(), "0/2 replicas ready".into())
     );
+    merge_patch_status(
+        &ns.0,
+        "statefulset/orders",
+        r#"{"status":{"replicas":2,"readyReplicas":2}}"#,
+    );
+    wait_until(WAIT, "Ready=True once the replicas are ready", || {
+        ready(&ns.0, "orders", "reason") == "AllReplicasReady"
+    });
+    assert_eq!(ready(&ns.0, "orders", "status"), "True");
+    assert_eq!(ready(&ns.0, "orders", "message"), "2/2 replicas ready");
+    assert_eq!(get(&ns.0, "database/orders", "{.status.readyReplicas}"), "2");
     let events = kubectl_ok(&["get", "events", "-n", &ns.0, "-o", "jsonpath={.items[*].reason}"]);
     assert!(events.contains("ChildCreated"), "events: {events}");
 }
@@ -223,13 +236,26 @@ fn an_immutable_change_is_reported_and_not_retried_hot() {
     );
     let storage = "{.spec.volumeClaimTemplates[0].spec.resources.requests.storage}";
     assert_eq!(get(&ns.0, "statefulset/orders", storage), "1Gi");
-    let writes = operator.metric("ruleop_api_writes_total", &[("kind", "StatefulSet")]);
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(
-        operator.metric("ruleop_api_writes_total", &[("kind", "StatefulSet")]),
-        writes,
-        "not retried hot"
+    // Not retried hot: the failure is not an error for the controller's backoff (which would
+    // retry in 0.5 s, 1 s, 2 s, ...), so each reconcile, here one caused by a later event,
+    // tries the StatefulSet once and nothing else retries it.
+    let statefulset_writes = || operator.metric("ruleop_api_writes_total", &[("kind", "StatefulSet")]);
+    let (writes, reconciles) = (statefulset_writes(), operator.reconciles("database"));
+    operator.reconciled_after("database", || {
+        kubectl_ok(&["label", "-n", &ns.0, "database/orders", "touched=yes"]);
+    });
+    let reconciled = operator.reconciles("database") - reconciles;
+    assert!(
+        statefulset_writes() - writes <= reconciled,
+        "at most one StatefulSet apply per reconcile: {} writes in {reconciled} reconciles",
+        statefulset_writes() - writes
     );
+    assert_eq!(
+        operator.metric("ruleop_reconciles_total", &[("rule", "database"), ("result", "error")]),
+        0,
+        "an immutable change is reported, not retried as an error"
+    );
+    assert_eq!(ready(&ns.0, "orders", "reason"), "ImmutableFieldChanged");
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::custom::CustomKind;
 use support::mount::{Mount, files_under};
 use support::*;
 
@@ -144,39 +145,186 @@ fn an_invalid_edit_keeps_the_last_good_rules_and_a_later_valid_edit_is_taken() {
 #[test]
 fn a_rule_for_a_new_kind_starts_and_stops_at_runtime() {
     install_crds();
+    // A kind of its own: the API server's count of open watches on it is this test's alone.
+    let kind = CustomKind::new("reload-kind", "Gadget");
+    kind.install();
     let ns = Namespace::new("reload-kind");
-    let all_rules = files_under(&root().join("rules"));
-    let database_only: Vec<_> = all_rules.iter().filter(|(p, _)| p != "cache.yaml").cloned().collect();
-    let mut rules = Mount::new(&database_only);
-    let templates_mount = Mount::new(&files_under(&templates()));
+    let shipped_rules = files_under(&root().join("rules"));
+    let (gadget_rule, gadget_template) = kind.config_map_rule_files("gadget");
+    let mut with_gadget = shipped_rules.clone();
+    with_gadget.extend(gadget_rule);
+    let mut template_files = files_under(&templates());
+    template_files.extend(gadget_template);
+    let mut rules = Mount::new(&shipped_rules);
+    let templates_mount = Mount::new(&template_files);
     let operator = Operator::start_with(rules.path(), templates_mount.path(), &ns.0, RELOAD_FLAGS);
-    let cache = |name: &str| {
-        format!("apiVersion: myorg.io/v1\nkind: Cache\nmetadata: {{name: {name}}}\nspec: {{maxMemory: 64mb}}\n")
-    };
+    let gadget_watches = || apiserver_watches(&kind.plural(), "namespace");
 
-    apply_yaml(&ns.0, &cache("before"));
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(!exists(&ns.0, "deployment/before-cache"), "no rule watches Cache yet");
+    apply_yaml(&ns.0, &kind.object("before", r#"{"size": "1"}"#));
+    assert_eq!(gadget_watches(), 0, "no rule watches Gadget yet");
 
-    rules.swap(&all_rules);
+    rules.swap(&with_gadget);
     wait_until(
         Duration::from_secs(20),
-        "the Cache rule to reconcile the existing Cache",
-        || exists(&ns.0, "deployment/before-cache"),
+        "the Gadget rule to reconcile the existing Gadget",
+        || exists(&ns.0, "configmap/before-cm"),
     );
+    assert!(gadget_watches() >= 1, "the Gadget rule watches Gadgets");
 
-    rules.swap(&database_only);
-    wait_until(Duration::from_secs(10), "the Cache controller to stop", || {
-        operator.log_text().contains("controller stopped rule=cache")
+    // A stopped controller must close its watch: a removed rule's reconciles would do nothing
+    // anyway (the rule is gone from the set), so only the API server can tell that it stopped.
+    rules.swap(&shipped_rules);
+    wait_until(Duration::from_secs(10), "the Gadget controller to stop", || {
+        operator.log_text().contains("controller stopped rule=gadget")
     });
-    apply_yaml(&ns.0, &cache("after"));
-    std::thread::sleep(Duration::from_secs(2));
+    wait_until(Duration::from_secs(10), "the Gadget watch to be closed", || {
+        gadget_watches() == 0
+    });
+    apply_yaml(&ns.0, &kind.object("after", r#"{"size": "2"}"#));
+    operator.reconciled_after("database", || apply_yaml(&ns.0, &database("touch", 1, "")));
     assert!(
-        !exists(&ns.0, "deployment/after-cache"),
+        !exists(&ns.0, "configmap/after-cm"),
         "the removed rule no longer reconciles"
     );
     assert!(
-        exists(&ns.0, "deployment/before-cache"),
+        exists(&ns.0, "configmap/before-cm"),
         "children of a removed rule are left in place"
     );
+    drop(operator);
+    kind.uninstall();
+}
+
+#[test]
+fn a_rule_for_a_kind_not_served_yet_is_rejected_then_loads_once_its_crd_exists() {
+    install_crds();
+    let kind = CustomKind::new("reload-late", "Widget");
+    kind.uninstall();
+    let ns = Namespace::new("reload-late");
+    let rule_files = files_under(&root().join("rules"));
+    let (widget_rule, widget_template) = kind.config_map_rule_files("widget");
+    let mut template_files = files_under(&templates());
+    template_files.extend(widget_template);
+    let mut rules = Mount::new(&rule_files);
+    let templates_mount = Mount::new(&template_files);
+    let operator = Operator::start_with(rules.path(), templates_mount.path(), &ns.0, RELOAD_FLAGS);
+    wait_until(Duration::from_secs(10), "the status ConfigMap", || {
+        status(&ns.0, "state") == "Loaded"
+    });
+
+    let mut with_widget = rule_files.clone();
+    with_widget.extend(widget_rule);
+    rules.swap(&with_widget);
+    wait_until(
+        Duration::from_secs(10),
+        "the rule for an unserved kind to be rejected",
+        || status(&ns.0, "state") == "Rejected" && status(&ns.0, "errors").contains("Widget"),
+    );
+
+    kind.install();
+    let installed = Instant::now();
+    wait_until(Duration::from_secs(30), "the rules to load once the CRD exists", || {
+        status(&ns.0, "state") == "Loaded" && status(&ns.0, "rulesInForce").contains("widget")
+    });
+    apply_yaml(&ns.0, &kind.object("w1", r#"{"size": "3"}"#));
+    wait_until(Duration::from_secs(30), "the new kind's parent reconciled", || {
+        get(&ns.0, "configmap/w1-cm", "{.data.size}") == "3"
+    });
+    eprintln!(
+        "CRD created -> rule loaded and first parent reconciled in {:?}",
+        installed.elapsed()
+    );
+    assert!(operator.metric("ruleop_rule_reloads_total", &[("result", "retrying")]) >= 1);
+    assert!(operator.metric("ruleop_rule_reloads_total", &[("result", "ok")]) >= 1);
+    drop(operator);
+    kind.uninstall();
+}
+
+#[test]
+fn a_restart_over_unchanged_rules_leaves_the_status_configmap_alone() {
+    install_crds();
+    let ns = Namespace::new("reload-restart");
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    wait_until(Duration::from_secs(10), "the status ConfigMap", || {
+        status(&ns.0, "state") == "Loaded"
+    });
+    let version = get(&ns.0, "configmap/ruleop-status", "{.metadata.resourceVersion}");
+    assert!(operator.stop());
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    wait_until(
+        Duration::from_secs(10),
+        "the restarted operator to check the status ConfigMap",
+        || operator.log_text().contains("ConfigMap already says so"),
+    );
+    assert_eq!(
+        get(&ns.0, "configmap/ruleop-status", "{.metadata.resourceVersion}"),
+        version,
+        "the restart rewrote ruleop-status"
+    );
+}
+
+#[test]
+fn without_a_status_namespace_ruleop_says_where_status_goes_and_stops_if_it_may_not_write_there() {
+    install_crds();
+    let ns = Namespace::new("reload-forbidden");
+    kubectl_ok(&["create", "serviceaccount", "ruleop-test", "-n", &ns.0]);
+    kubectl_ok(&[
+        "apply",
+        "-f",
+        &root().join("deploy/rbac/clusterrole.yaml").display().to_string(),
+    ]);
+    let binding = format!("{}-ruleop", ns.0);
+    kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=ruleop",
+        &format!("--serviceaccount={}:ruleop-test", ns.0),
+    ]);
+    let (_dir, kubeconfig) = service_account_kubeconfig(&ns.0, "ruleop-test");
+    let admin = format!("127.0.0.1:{}", free_port());
+    let log = tempfile::NamedTempFile::new().expect("log file");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        .args(["run", "--namespace", &ns.0, "--admin-addr", &admin])
+        .arg("--rules")
+        .arg(root().join("rules"))
+        .arg("--templates")
+        .arg(templates())
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("POD_NAMESPACE")
+        .env_remove("RULEOP_STATUS_NAMESPACE")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(log.reopen().expect("log file"))
+        .spawn()
+        .expect("start ruleop");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let log = std::fs::read_to_string(log.path()).unwrap_or_default();
+            panic!("ruleop kept running although it may not write its status:\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = std::fs::read_to_string(log.path()).expect("read log");
+    let _ = kubectl(&["delete", "clusterrolebinding", &binding]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the state of the rules is reported in ConfigMap {}/ruleop-status (--namespace; no --status-namespace or POD_NAMESPACE given)",
+            ns.0
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "error: ruleop may not write the ConfigMap {}/ruleop-status, where it reports the state of the rules",
+            ns.0
+        )),
+        "{stderr}"
+    );
+    eprintln!("{}", stderr.lines().last().unwrap_or_default());
 }

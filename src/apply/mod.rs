@@ -6,6 +6,7 @@ pub mod actions;
 pub mod api_error;
 pub mod children;
 pub mod compare;
+pub mod drift_limit;
 pub mod events;
 
 use kube::Client;
@@ -102,6 +103,30 @@ impl WrittenParents {
         }
     }
 
+    /// Forgets one parent (it was deleted).
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut written) = self.0.lock() {
+            written.remove(uid);
+        }
+    }
+
+    /// Keeps only these parents (the others are gone).
+    pub fn retain(&self, live: &std::collections::HashSet<String>) {
+        if let Ok(mut written) = self.0.lock() {
+            written.retain(|uid, _| live.contains(uid));
+        }
+    }
+
+    /// Parents remembered.
+    pub fn len(&self) -> usize {
+        self.0.lock().map_or(0, |written| written.len())
+    }
+
+    /// Whether no parent is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The newer of `cached` and what we last wrote for `uid` (by resourceVersion, which the
     /// API server takes from etcd's monotonic revision); forgets what the cache has caught up with.
     pub fn newest(&self, uid: &str, cached: Value) -> Value {
@@ -135,6 +160,8 @@ pub struct Cluster<'a> {
     pub admin: &'a AdminState,
     /// Parents as our own status writes left them.
     pub written: &'a WrittenParents,
+    /// Drift-repair budgets per parent.
+    pub drift: &'a drift_limit::DriftLimiter,
 }
 
 impl Cluster<'_> {

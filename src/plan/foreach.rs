@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::PlanError;
 use super::context::layer;
+use super::status_eval::relocate;
 use crate::diagnostic::SourceLocation;
 use crate::rules::Rule;
 use crate::rules::load::hex;
@@ -47,7 +48,9 @@ pub fn items(
         message,
     };
     let label = rule.inline_template(&format!("children.{id}.forEach"));
-    let evaluated = renderer.eval(&label, &for_each.value, context)?;
+    let evaluated = renderer
+        .eval(&label, &for_each.value, context)
+        .map_err(|e| relocate(rule, for_each, e))?;
     let entries: Vec<(Option<String>, Value)> = match serde_json::to_value(&evaluated) {
         Ok(Value::Null) => Vec::new(),
         Ok(Value::Array(list)) => list.into_iter().map(|v| (None, v)).collect(),
@@ -74,7 +77,10 @@ pub fn items(
                     None => context! { item => crate::template::to_value(&value) },
                 };
                 let name = rule.inline_template(&format!("children.{id}.key"));
-                renderer.render_text(&name, &layer(context, scope))?
+                let at = child.key.as_ref().unwrap_or(for_each);
+                renderer
+                    .render_text(&name, &layer(context, scope))
+                    .map_err(|e| relocate(rule, at, e))?
             }
             (None, Some(k), _) => k.clone(),
             (None, None, Value::String(s)) => s.clone(),

@@ -229,8 +229,10 @@ pub fn plan_with(
                     id: child.id.value.clone(),
                     template: child.template.value.clone(),
                     message: format!(
-                        "items {other:?} and {:?} both render {}; make the name depend on item_key",
-                        item.key, rendered.target
+                        "items {:?} and {:?} both render {}; make the name depend on item_key",
+                        order::shown_key(other),
+                        order::shown_key(&item.key),
+                        rendered.target
                     ),
                 });
             }

@@ -12,6 +12,7 @@ use super::context::layer;
 use super::foreach::Item;
 use super::observed::Observed;
 use super::status::{ConditionStatus, WantedCondition};
+use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::rules::Rule;
 use crate::rules::model::{ChildSpec, Located};
 use crate::template::Renderer;
@@ -88,7 +89,7 @@ pub fn readiness(
                 .iter()
                 .find_map(|item| {
                     let Some(object) = observed.item(id, &item.key) else {
-                        return Some(format!("item {:?} does not exist yet", item.key));
+                        return Some(format!("item {:?} does not exist yet", shown_key(&item.key)));
                     };
                     let scope = context! {
                         item => crate::template::to_value(&item.value),
@@ -96,13 +97,18 @@ pub fn readiness(
                     };
                     ready_when(renderer, rule, child, object, scope, base)
                         .err()
-                        .map(|why| format!("item {:?}: {why}", item.key))
+                        .map(|why| format!("item {:?}: {why}", shown_key(&item.key)))
                 })
                 .map_or_else(Readiness::yes, Readiness::no),
         };
         all.insert(id.to_owned(), state);
     }
     all
+}
+
+/// An item key as messages quote it: keys come from parents, so they are cut to a readable length.
+pub fn shown_key(key: &str) -> std::borrow::Cow<'_, str> {
+    bounded(key, 80)
 }
 
 /// `Ok` when the child's `readyWhen` holds on `object` (or it has none), else why not.
@@ -164,7 +170,7 @@ pub fn default_ready(
         type_: READY.to_owned(),
         status: ConditionStatus::False,
         reason: reason.to_owned(),
-        message,
+        message: bounded(&message, MESSAGE_LIMIT).into_owned(),
     };
     for child in &rule.spec.children {
         let id = child.id.value.as_str();

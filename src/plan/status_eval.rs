@@ -139,7 +139,9 @@ pub fn relocate<T>(rule: &Rule, source: &Located<T>, error: RenderError) -> Rend
     }
 }
 
-fn first_match(object: &Value, path: &str) -> Option<Value> {
+/// The first value `path` (RFC 9535 JSONPath) selects in `object`, as a status field reads it;
+/// `None` when nothing matches or the path does not parse.
+pub fn first_match(object: &Value, path: &str) -> Option<Value> {
     jsonpath_rust::query::js_path_vals(path, object)
         .ok()?
         .first()

@@ -22,18 +22,7 @@ use crate::yaml;
 /// no rule set, so a half-valid set never runs.
 pub fn load(rules_dir: &Path, templates_dir: &Path) -> Result<RuleSet, Diagnostics> {
     let mut problems = Vec::new();
-    let mut renderer = Renderer::default();
     let templates = read_tree(templates_dir, |_| true, &mut problems);
-    for (name, path, source) in &templates {
-        if let Err(e) = renderer.add_yaml_template(name.clone(), source.clone()) {
-            problems.push(compile_diagnostic(path, source, &e));
-        }
-    }
-    let template_sources: HashMap<&str, &str> = templates
-        .iter()
-        .map(|(name, _, source)| (name.as_str(), source.as_str()))
-        .collect();
-
     let rule_files = read_tree(rules_dir, is_yaml_file, &mut problems);
     if rule_files.is_empty() && problems.is_empty() {
         problems.push(
@@ -44,8 +33,36 @@ pub fn load(rules_dir: &Path, templates_dir: &Path) -> Result<RuleSet, Diagnosti
             .with_hint("point --rules at the directory holding your Rule documents"),
         );
     }
+    load_files(&templates, &rule_files, problems)
+}
+
+/// One file already read: `(name relative to its directory, path, text)`.
+pub type SourceFile = (String, PathBuf, String);
+
+/// Loads and validates rules and templates already read into memory, a pure function of the
+/// texts (what `load` does after reading the directories; the fuzz target calls it directly).
+pub fn load_sources(templates: &[SourceFile], rule_files: &[SourceFile]) -> Result<RuleSet, Diagnostics> {
+    load_files(templates, rule_files, Vec::new())
+}
+
+fn load_files(
+    templates: &[SourceFile],
+    rule_files: &[SourceFile],
+    mut problems: Vec<Diagnostic>,
+) -> Result<RuleSet, Diagnostics> {
+    let mut renderer = Renderer::default();
+    for (name, path, source) in templates {
+        if let Err(e) = renderer.add_yaml_template(name.clone(), source.clone()) {
+            problems.push(compile_diagnostic(path, source, &e));
+        }
+    }
+    let template_sources: HashMap<&str, &str> = templates
+        .iter()
+        .map(|(name, _, source)| (name.as_str(), source.as_str()))
+        .collect();
+
     let mut rules = Vec::new();
-    for (_, path, text) in &rule_files {
+    for (_, path, text) in rule_files {
         match yaml::documents(text) {
             Err(e) => problems.push(yaml_diagnostic(path, &e)),
             Ok(docs) => {
@@ -77,7 +94,7 @@ fn is_yaml_file(path: &Path) -> bool {
 
 /// Reads every file under `dir` (following links, skipping dot entries), sorted by name, as
 /// `(name relative to dir with '/' separators, path, text)`.
-pub(crate) fn read_tree(
+pub fn read_tree(
     dir: &Path,
     wanted: impl Fn(&Path) -> bool + Copy,
     problems: &mut Vec<Diagnostic>,

@@ -22,24 +22,34 @@ const (
 	serviceClusterIPRange = "10.0.0.0/16"
 	serviceAccountIssuer  = "https://kubernetes.default.svc.cluster.local"
 	apiserverReadyTimeout = 90 * time.Second
+	// listenRetry is how long a restart waits for its old port to be free
+	// (the previous process may still be closing it).
+	listenRetry = 10 * time.Second
+	// watchTerminationGrace makes shutdown end open watches instead of
+	// waiting for them: without it the HTTP server waits for every watch
+	// until --request-timeout (60 s), and a client that watches keeps the
+	// process alive that long.
+	watchTerminationGrace = "1s"
 )
 
 // apiServer is a kube-apiserver running in this process.
 type apiServer struct {
 	url  string
+	port int
 	done chan error // receives Run's result, then is closed
 }
 
 // startAPIServer runs kube-apiserver the way its cobra command does (see
 // k8s.io/kubernetes/cmd/kube-apiserver/app.NewAPIServerCommand and
 // app/testing.StartTestServer) and waits until /readyz is ok. It stops when
-// ctx is cancelled.
-func startAPIServer(ctx context.Context, creds *credentials, etcdURL string) (*apiServer, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+// ctx is cancelled. port 0 picks a free port; another port is bound again
+// (a restart with the same data dir).
+func startAPIServer(ctx context.Context, creds *credentials, etcdURL string, port int) (*apiServer, error) {
+	listener, err := listenLoopback(port)
 	if err != nil {
 		return nil, err
 	}
-	port := listener.Addr().(*net.TCPAddr).Port
+	port = listener.Addr().(*net.TCPAddr).Port
 
 	opts, err := apiserverOptions(creds, etcdURL, port)
 	if err != nil {
@@ -54,7 +64,7 @@ func startAPIServer(ctx context.Context, creds *credentials, etcdURL string) (*a
 		return nil, err
 	}
 
-	s := &apiServer{url: fmt.Sprintf("https://127.0.0.1:%d", port), done: make(chan error, 1)}
+	s := &apiServer{url: fmt.Sprintf("https://127.0.0.1:%d", port), port: port, done: make(chan error, 1)}
 	go func() {
 		defer close(s.done)
 		s.done <- server(ctx)
@@ -63,6 +73,23 @@ func startAPIServer(ctx context.Context, creds *credentials, etcdURL string) (*a
 		return s, err
 	}
 	return s, nil
+}
+
+// listenLoopback listens on 127.0.0.1:port, retrying a busy fixed port for
+// listenRetry.
+func listenLoopback(port int) (net.Listener, error) {
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline := time.Now().Add(listenRetry)
+	for {
+		listener, err := net.Listen("tcp", addr)
+		if err == nil || port == 0 || time.Now().After(deadline) {
+			if err != nil {
+				return nil, fmt.Errorf("port %d of the previous run: %w", port, err)
+			}
+			return listener, nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // apiserverArgs are the kube-apiserver command-line flags of the test plane.
@@ -83,6 +110,7 @@ func apiserverArgs(creds *credentials, etcdURL string, port int) []string {
 		"--disable-admission-plugins=ServiceAccount",
 		"--service-cluster-ip-range=" + serviceClusterIPRange,
 		"--endpoint-reconciler-type=none",
+		"--shutdown-watch-termination-grace-period=" + watchTerminationGrace,
 	}
 }
 

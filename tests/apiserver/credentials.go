@@ -10,11 +10,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -28,11 +30,71 @@ const (
 type credentials struct {
 	dir            string
 	caPEM          []byte // trust anchor for the serving certificate
+	caCert         string // path of caPEM, kept so a restart trusts the same CA
 	servingCert    string // path of the apiserver's TLS certificate
 	servingKey     string // path of its private key
 	serviceAccount string // path of the RSA key that signs and verifies SA tokens
 	tokenFile      string // path of the static token file
 	adminToken     string // bearer token of adminUser in system:masters
+}
+
+func credentialPaths(dir string) *credentials {
+	return &credentials{
+		dir:            dir,
+		caCert:         filepath.Join(dir, "ca.crt"),
+		servingCert:    filepath.Join(dir, "apiserver.crt"),
+		servingKey:     filepath.Join(dir, "apiserver.key"),
+		serviceAccount: filepath.Join(dir, "sa.key"),
+		tokenFile:      filepath.Join(dir, "tokens.csv"),
+	}
+}
+
+// loadOrGenerateCredentials reuses the credentials a previous run left in dir
+// (so a restarted control plane keeps its CA, serving certificate, admin
+// token and service-account key, and every kubeconfig and token issued before
+// stays valid), or writes fresh ones when dir holds none. A partial set is
+// replaced as a whole: mixing old and new files would not verify.
+func loadOrGenerateCredentials(dir string) (*credentials, bool, error) {
+	c := credentialPaths(dir)
+	if c.complete() {
+		err := c.load()
+		return c, err == nil, err
+	}
+	c, err := generateCredentials(dir)
+	return c, false, err
+}
+
+// complete reports whether every credential file exists.
+func (c *credentials) complete() bool {
+	for _, path := range []string{c.caCert, c.servingCert, c.servingKey, c.serviceAccount, c.tokenFile} {
+		if _, err := os.Stat(path); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// load reads back the CA and the admin token; the apiserver reads the other
+// files itself.
+func (c *credentials) load() error {
+	ca, err := os.ReadFile(c.caCert)
+	if err != nil {
+		return err
+	}
+	if block, _ := pem.Decode(ca); block == nil || block.Type != "CERTIFICATE" {
+		return fmt.Errorf("%s: no PEM certificate", c.caCert)
+	}
+	c.caPEM = ca
+	tokens, err := os.ReadFile(c.tokenFile)
+	if err != nil {
+		return err
+	}
+	token, _, found := strings.Cut(string(tokens), ",")
+	if !found || token == "" {
+		return errors.New(c.tokenFile + ": no admin token line")
+	}
+	c.adminToken = token
+	return nil
 }
 
 // generateCredentials writes a fresh CA, a serving certificate for
@@ -41,13 +103,7 @@ func generateCredentials(dir string) (*credentials, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	c := &credentials{
-		dir:            dir,
-		servingCert:    filepath.Join(dir, "apiserver.crt"),
-		servingKey:     filepath.Join(dir, "apiserver.key"),
-		serviceAccount: filepath.Join(dir, "sa.key"),
-		tokenFile:      filepath.Join(dir, "tokens.csv"),
-	}
+	c := credentialPaths(dir)
 	steps := []func() error{c.writeServingPair, c.writeServiceAccountKey, c.writeTokenFile}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -74,6 +130,9 @@ func (c *credentials) writeServingPair() error {
 		return err
 	}
 	c.caPEM = pemBlock("CERTIFICATE", caDER)
+	if err := os.WriteFile(c.caCert, c.caPEM, 0o600); err != nil {
+		return err
+	}
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -2,15 +2,19 @@
 # Builds, starts and stops the test control plane (etcd + kube-apiserver +
 # garbage-collector and namespace controllers in one process, see main.go).
 #
-#   ctl.sh build            build bin/apiserver
-#   ctl.sh start [ARGS...]  start it in the background, wait for READY and
-#                           print `export KUBECONFIG=...`; ARGS go to the binary
-#   ctl.sh stop             SIGTERM it and wait until it is gone
-#   ctl.sh status           say whether it runs
+#   ctl.sh build             build bin/apiserver
+#   ctl.sh start [ARGS...]   start a fresh one in the background, wait for READY
+#                            and print `export KUBECONFIG=...`; ARGS go to the binary
+#   ctl.sh stop              SIGTERM it, wait until it is gone, remove its data
+#   ctl.sh restart [SECONDS] SIGTERM it, keep its data, wait SECONDS (default 0),
+#                            start it again: same port, CA, tokens, etcd data, so
+#                            clients and the KUBECONFIG from start keep working
+#   ctl.sh status            say whether it runs
 #
 # Environment: RULEOP_APISERVER_STATE (default /tmp/ruleop-apiserver) holds
-# the pid, the kubeconfig and the log; RULEOP_APISERVER_READY_TIMEOUT
-# (default 120) is how many seconds start waits for READY.
+# the pid, the kubeconfig, the log and the data directory (etcd, pki, ports);
+# RULEOP_APISERVER_READY_TIMEOUT (default 120) is how many seconds start waits
+# for READY. start and stop print how long they took (in ms) on stderr.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,8 +25,12 @@ pidfile="$state/pid"
 logfile="$state/apiserver.log"
 outfile="$state/stdout"
 kubeconfig="$state/kubeconfig"
+datadir="$state/data"
+argsfile="$state/args"
 
 die() { echo "ctl.sh: $*" >&2; exit 1; }
+
+now_ms() { date +%s%3N; }
 
 running_pid() {
   [[ -f "$pidfile" ]] || return 1
@@ -45,9 +53,19 @@ cmd_start() {
     die "already running (pid $pid); run '$0 stop' first"
   fi
   mkdir -p "$state"
-  rm -f "$pidfile" "$outfile" "$kubeconfig"
-  local start=$SECONDS
-  setsid "$bin" --kubeconfig-out "$kubeconfig" "$@" >"$outfile" 2>"$logfile" </dev/null &
+  rm -rf "$datadir"
+  : >"$logfile"
+  : >"$argsfile"
+  if (($#)); then printf '%s\0' "$@" >"$argsfile"; fi
+  launch "$@"
+}
+
+# launch [ARGS...]: starts the binary on $datadir and waits for READY.
+launch() {
+  rm -f "$pidfile" "$outfile"
+  local start
+  start=$(now_ms)
+  setsid "$bin" --data-dir "$datadir" --kubeconfig-out "$kubeconfig" "$@" >"$outfile" 2>>"$logfile" </dev/null &
   local pid=$!
   echo "$pid" >"$pidfile"
   while ! grep -q '^READY ' "$outfile" 2>/dev/null; do
@@ -55,26 +73,30 @@ cmd_start() {
       tail -n 20 "$logfile" >&2 || true
       die "apiserver exited before READY (log: $logfile)"
     fi
-    if ((SECONDS - start >= ready_timeout)); then
+    if (($(now_ms) - start >= ready_timeout * 1000)); then
       tail -n 20 "$logfile" >&2 || true
-      cmd_stop >&2 || true
+      terminate >&2 || true
       die "no READY within ${ready_timeout}s (log: $logfile)"
     fi
-    sleep 0.2
+    sleep 0.1
   done
   local path
   path="$(sed -n 's/^READY kubeconfig=//p' "$outfile")"
-  echo "ready in $((SECONDS - start))s (pid $pid, log $logfile)" >&2
+  echo "ready in $(($(now_ms) - start)) ms (pid $pid, log $logfile)" >&2
   echo "export KUBECONFIG=$path"
 }
 
-cmd_stop() {
+# terminate: SIGTERMs the running binary and waits until it is gone (SIGKILL
+# after 30 s); keeps its data directory.
+terminate() {
   local pid
   if ! pid="$(running_pid)"; then
     rm -f "$pidfile"
     echo "not running" >&2
     return 0
   fi
+  local start
+  start=$(now_ms)
   kill -TERM "$pid"
   for _ in $(seq 1 300); do
     kill -0 "$pid" 2>/dev/null || break
@@ -86,8 +108,25 @@ cmd_stop() {
     sleep 0.5
   fi
   kill -0 "$pid" 2>/dev/null && die "pid $pid is still alive"
-  rm -f "$pidfile" "$outfile" "$kubeconfig"
-  echo "stopped pid $pid" >&2
+  rm -f "$pidfile" "$outfile"
+  echo "stopped pid $pid in $(($(now_ms) - start)) ms" >&2
+}
+
+cmd_stop() {
+  terminate
+  rm -rf "$datadir" "$kubeconfig" "$argsfile"
+}
+
+cmd_restart() {
+  local down="${1:-0}"
+  [[ -d "$datadir" ]] || die "nothing to restart: run '$0 start' first"
+  terminate
+  sleep "$down"
+  local args=()
+  if [[ -s "$argsfile" ]]; then
+    mapfile -d '' args <"$argsfile"
+  fi
+  launch "${args[@]}"
 }
 
 cmd_status() {
@@ -103,6 +142,7 @@ case "${1:-}" in
   build) cmd_build ;;
   start) shift; cmd_start "$@" ;;
   stop) cmd_stop ;;
+  restart) shift; cmd_restart "$@" ;;
   status) cmd_status ;;
-  *) die "usage: $0 build|start [ARGS...]|stop|status" ;;
+  *) die "usage: $0 build|start [ARGS...]|stop|restart [SECONDS]|status" ;;
 esac

@@ -21,17 +21,25 @@ const (
 type etcdServer struct {
 	etcd      *embed.Etcd
 	clientURL string
+	peerURL   string
 	logLevel  zap.AtomicLevel
 }
 
-// startEtcd starts etcd with its data in dir. The free ports are picked just
-// before etcd binds them, so a lost race is retried with new ports.
-func startEtcd(dir string) (*etcdServer, error) {
+// startEtcd starts etcd with its data in dir. With clientURL and peerURL from
+// a previous run of the same data dir it binds those again (a restarted
+// member keeps its URLs; the old process may need a moment to release them).
+// Otherwise free ports are picked just before etcd binds them, so a lost race
+// is retried with new ports.
+func startEtcd(dir, clientURL, peerURL string) (*etcdServer, error) {
 	_, statErr := os.Stat(dir)
 	fresh := os.IsNotExist(statErr)
 	var lastErr error
 	for attempt := 1; attempt <= etcdStartAttempts; attempt++ {
-		server, err := startEtcdOnce(dir)
+		client, peer, err := etcdURLs(clientURL, peerURL)
+		if err != nil {
+			return nil, err
+		}
+		server, err := startEtcdOnce(dir, client, peer)
 		if err == nil {
 			return server, nil
 		}
@@ -41,19 +49,32 @@ func startEtcd(dir string) (*etcdServer, error) {
 			os.RemoveAll(dir)
 		}
 		klog.InfoS("etcd start failed, retrying", "attempt", attempt, "err", err)
+		if clientURL != "" {
+			time.Sleep(time.Second)
+		}
 	}
 	return nil, lastErr
 }
 
-func startEtcdOnce(dir string) (*etcdServer, error) {
-	clientURL, err := freeLoopbackURL()
-	if err != nil {
-		return nil, err
+// etcdURLs parses the saved URLs, or picks two free loopback ports.
+func etcdURLs(clientURL, peerURL string) (*url.URL, *url.URL, error) {
+	if clientURL != "" && peerURL != "" {
+		client, err := url.Parse(clientURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		peer, err := url.Parse(peerURL)
+		return client, peer, err
 	}
-	peerURL, err := freeLoopbackURL()
+	client, err := freeLoopbackURL()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	peer, err := freeLoopbackURL()
+	return client, peer, err
+}
+
+func startEtcdOnce(dir string, clientURL, peerURL *url.URL) (*etcdServer, error) {
 
 	cfg := embed.NewConfig()
 	cfg.Name = "ruleop-test"
@@ -76,7 +97,7 @@ func startEtcdOnce(dir string) (*etcdServer, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
-		return &etcdServer{etcd: e, clientURL: clientURL.String(), logLevel: level}, nil
+		return &etcdServer{etcd: e, clientURL: clientURL.String(), peerURL: peerURL.String(), logLevel: level}, nil
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("etcd failed while starting: %w", err)

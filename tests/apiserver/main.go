@@ -6,8 +6,13 @@
 //
 //	READY kubeconfig=<abs path>
 //
-// SIGTERM or SIGINT stops the controllers, the apiserver and etcd, and removes
-// the temporary directory. Logs go to stderr only.
+// SIGTERM or SIGINT stops the controllers, the apiserver (ending open watches
+// instead of waiting for them) and etcd, and removes the temporary directory.
+// With --data-dir nothing is removed, and a restart with the same directory
+// serves the same etcd data on the same port with the same CA, serving
+// certificate, admin token and service-account key, so kubeconfigs and
+// ServiceAccount tokens from before the restart keep working. Logs go to
+// stderr only.
 package main
 
 import (
@@ -24,8 +29,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// shutdownTimeout bounds how long each component may take to stop.
-const shutdownTimeout = 30 * time.Second
+// shutdownTimeout bounds how long each component may take to stop. Open
+// watches are ended at shutdown (see watchTerminationGrace), so a stop takes
+// a few seconds; this only guards against a wedged component.
+const shutdownTimeout = 15 * time.Second
 
 type cliFlags struct {
 	kubeconfigOut string
@@ -149,15 +156,24 @@ func startControlPlane(parent context.Context, dir string, flags cliFlags) (plan
 	}()
 	start := time.Now()
 
-	if plane.etcd, err = startEtcd(filepath.Join(dir, "etcd")); err != nil {
+	endpointsFile := filepath.Join(dir, "endpoints.json")
+	saved, err := loadEndpoints(endpointsFile)
+	if err != nil {
+		return plane, fmt.Errorf("%s: %w", endpointsFile, err)
+	}
+	if plane.etcd, err = startEtcd(filepath.Join(dir, "etcd"), saved.EtcdClientURL, saved.EtcdPeerURL); err != nil {
 		return plane, fmt.Errorf("etcd: %w", err)
 	}
-	creds, err := generateCredentials(filepath.Join(dir, "pki"))
+	creds, reused, err := loadOrGenerateCredentials(filepath.Join(dir, "pki"))
 	if err != nil {
 		return plane, fmt.Errorf("credentials: %w", err)
 	}
-	if plane.apiserver, err = startAPIServer(ctx, creds, plane.etcd.clientURL); err != nil {
+	if plane.apiserver, err = startAPIServer(ctx, creds, plane.etcd.clientURL, saved.APIServerPort); err != nil {
 		return plane, fmt.Errorf("kube-apiserver: %w", err)
+	}
+	current := endpoints{APIServerPort: plane.apiserver.port, EtcdClientURL: plane.etcd.clientURL, EtcdPeerURL: plane.etcd.peerURL}
+	if err := current.save(endpointsFile); err != nil {
+		return plane, fmt.Errorf("%s: %w", endpointsFile, err)
 	}
 	admin := adminRESTConfig(plane.apiserver.url, creds)
 	if plane.controllers, err = startControllers(ctx, admin, flags.gcSyncPeriod); err != nil {
@@ -171,7 +187,7 @@ func startControlPlane(parent context.Context, dir string, flags cliFlags) (plan
 	if out, err = writeKubeconfig(out, plane.apiserver.url, creds); err != nil {
 		return plane, fmt.Errorf("kubeconfig: %w", err)
 	}
-	klog.InfoS("Control plane ready", "url", plane.apiserver.url, "elapsed", time.Since(start))
+	klog.InfoS("Control plane ready", "url", plane.apiserver.url, "reusedCredentials", reused, "elapsed", time.Since(start))
 	// os.Stdout is unbuffered: the line is out once Fprintf returns.
 	_, err = fmt.Fprintf(os.Stdout, "READY kubeconfig=%s\n", out)
 	return plane, err

@@ -4,6 +4,9 @@
 
 use super::{kubectl, kubectl_ok, kubectl_with_stdin};
 
+/// Files as (path relative to a directory, content).
+pub type Files = Vec<(String, String)>;
+
 /// A namespaced custom kind `<kind>` in `<group>/v1`.
 pub struct CustomKind {
     /// The API group, unique to the test.
@@ -76,23 +79,58 @@ impl CustomKind {
         )
     }
 
-    /// Rules and templates: rule `<rule>` watches the kind and gives each object a ConfigMap
-    /// `<name>-cm` holding its `spec.size` (or "none").
-    pub fn config_map_rule(&self, rule: &str) -> (tempfile::TempDir, tempfile::TempDir) {
-        let rules = tempfile::tempdir().expect("tempdir");
-        let templates = tempfile::tempdir().expect("tempdir");
+    /// Rules and templates written by a test: rule `<rule>` watches the kind, `spec_body` is the
+    /// rest of its spec (indented two spaces), `templates` are `(path, text)` pairs.
+    pub fn rule_files(
+        &self,
+        rule: &str,
+        spec_body: &str,
+        templates: &[(&str, &str)],
+    ) -> (tempfile::TempDir, tempfile::TempDir) {
+        let rules_dir = tempfile::tempdir().expect("tempdir");
+        let templates_dir = tempfile::tempdir().expect("tempdir");
         let text = format!(
-            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: {rule}\nspec:\n  watch:\n    apiVersion: {}\n    kind: {}\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: cm.yaml.j2\n",
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: {rule}\nspec:\n  watch:\n    apiVersion: {}\n    kind: {}\n{spec_body}",
             self.api_version(),
             self.kind
         );
-        std::fs::write(rules.path().join(format!("{rule}.yaml")), text).expect("write rule");
-        std::fs::write(
-            templates.path().join("cm.yaml.j2"),
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-cm\ndata:\n  size: {{ spec | dig(\"size\", \"none\") | tojson }}\n",
+        std::fs::write(rules_dir.path().join(format!("{rule}.yaml")), text).expect("write rule");
+        for (path, text) in templates {
+            let path = templates_dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write template");
+        }
+        (rules_dir, templates_dir)
+    }
+
+    /// Rules and templates: rule `<rule>` watches the kind and gives each object a ConfigMap
+    /// `<name>-cm` holding its `spec.size` (an object without one fails to render).
+    pub fn config_map_rule(&self, rule: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+        let (rule_files, template_files) = self.config_map_rule_files(rule);
+        let dirs = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        for (dir, files) in [(&dirs.0, rule_files), (&dirs.1, template_files)] {
+            for (path, text) in files {
+                std::fs::write(dir.path().join(path), text).expect("write");
+            }
+        }
+        dirs
+    }
+
+    /// The files of [`CustomKind::config_map_rule`] as (relative path, content): rules, templates.
+    pub fn config_map_rule_files(&self, rule: &str) -> (Files, Files) {
+        let text = format!(
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: {rule}\nspec:\n  watch:\n    apiVersion: {}\n    kind: {}\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: {rule}-cm.yaml.j2\n",
+            self.api_version(),
+            self.kind
+        );
+        let template = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-cm\ndata:\n  size: {{ spec.size | tojson }}\n";
+        (
+            vec![(format!("{rule}.yaml"), text)],
+            vec![(format!("{rule}-cm.yaml.j2"), template.to_owned())],
         )
-        .expect("write template");
-        (rules, templates)
     }
 }
 

@@ -7,10 +7,13 @@ use serde_json::Value;
 
 use super::{Operator, kubectl_ok};
 
-/// An unlabelled gauge from a `/metrics` text (`ruleop_leader 1`).
+/// An unlabelled gauge from a `/metrics` text (`ruleop_leader{} 1` or `ruleop_leader 1`).
 pub fn gauge(text: &str, name: &str) -> Option<i64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        let value = rest.strip_prefix("{}").unwrap_or(rest).strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
 }
 
 impl Operator {

@@ -26,27 +26,94 @@ pub fn root() -> &'static Path {
 pub struct ControlPlane {
     /// Admin kubeconfig.
     pub kubeconfig: PathBuf,
-    _process: Option<Mutex<(Child, ChildStdin)>>,
+    /// The process when this test binary started it (`None` while stopped or when reused).
+    process: Mutex<Option<(Child, ChildStdin)>>,
+    /// The data directory of a restartable plane (see [`restartable_control_plane`]).
+    data_dir: Option<tempfile::TempDir>,
 }
+
+static PLANE: OnceLock<ControlPlane> = OnceLock::new();
 
 /// The control plane of this test run, started on first use.
 pub fn control_plane() -> &'static ControlPlane {
-    static PLANE: OnceLock<ControlPlane> = OnceLock::new();
     PLANE.get_or_init(|| {
         if let Ok(path) = std::env::var("KUBECONFIG")
             && !path.is_empty()
         {
             return ControlPlane {
                 kubeconfig: PathBuf::from(path),
-                _process: None,
+                process: Mutex::new(None),
+                data_dir: None,
             };
         }
         let (child, stdin, kubeconfig) = start_apiserver(&[]);
         ControlPlane {
             kubeconfig,
-            _process: Some(Mutex::new((child, stdin))),
+            process: Mutex::new(Some((child, stdin))),
+            data_dir: None,
         }
     })
+}
+
+/// Makes this test binary's control plane one of its own with a data directory, even when
+/// `KUBECONFIG` names a shared one, so a test can stop and start it (an API server outage)
+/// without disturbing other tests. Every helper (kubectl, [`Operator`], ...) then uses it. Call
+/// it first: it panics if another control plane is already in use.
+pub fn restartable_control_plane() -> &'static ControlPlane {
+    let plane = PLANE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("data dir");
+        let (child, stdin, kubeconfig) = start_apiserver(&["--data-dir", &dir.path().display().to_string()]);
+        ControlPlane {
+            kubeconfig,
+            process: Mutex::new(Some((child, stdin))),
+            data_dir: Some(dir),
+        }
+    });
+    assert!(
+        plane.data_dir.is_some(),
+        "restartable_control_plane() must be called before any other use of the control plane"
+    );
+    plane
+}
+
+impl ControlPlane {
+    /// Stops a restartable control plane with SIGTERM, keeping its data; returns how long it
+    /// took to exit.
+    pub fn stop(&self) -> Duration {
+        assert!(
+            self.data_dir.is_some(),
+            "only a restartable control plane can be stopped"
+        );
+        let mut process = self.process.lock().expect("control plane lock");
+        let (mut child, stdin) = process.take().expect("the control plane is running");
+        let start = Instant::now();
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        while child.try_wait().ok().flatten().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the control plane ignored SIGTERM for 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(stdin);
+        start.elapsed()
+    }
+
+    /// Starts a stopped restartable control plane again on its data directory: same port, CA,
+    /// tokens and etcd data, so clients reconnect to it. Returns the time to READY.
+    pub fn start(&self) -> Duration {
+        let dir = self
+            .data_dir
+            .as_ref()
+            .expect("only a restartable control plane can be started");
+        let mut process = self.process.lock().expect("control plane lock");
+        assert!(process.is_none(), "the control plane is already running");
+        let start = Instant::now();
+        let (child, stdin, kubeconfig) = start_apiserver(&["--data-dir", &dir.path().display().to_string()]);
+        assert_eq!(kubeconfig, self.kubeconfig, "a restart keeps the kubeconfig");
+        *process = Some((child, stdin));
+        start.elapsed()
+    }
 }
 
 /// Builds (if needed) and starts a control plane; returns it with the kubeconfig path.
@@ -234,6 +301,13 @@ impl Operator {
 
     /// Like [`Operator::start_with`], against the control plane of `kubeconfig`.
     pub fn start_on(kubeconfig: &Path, rules: &Path, templates: &Path, namespace: &str, extra: &[&str]) -> Self {
+        let operator = Self::spawn_on(kubeconfig, rules, templates, namespace, extra);
+        wait_until(Duration::from_secs(30), "ruleop to be ready", || operator.ready());
+        operator
+    }
+
+    /// Like [`Operator::start_on`], returning once the admin endpoints answer, ready or not.
+    pub fn spawn_on(kubeconfig: &Path, rules: &Path, templates: &Path, namespace: &str, extra: &[&str]) -> Self {
         let admin = format!("127.0.0.1:{}", free_port());
         let log = std::env::temp_dir().join(format!("ruleop-{namespace}-{}.log", free_port()));
         let log_file = std::fs::File::create(&log).expect("log file");
@@ -256,10 +330,52 @@ impl Operator {
             .spawn()
             .expect("start ruleop");
         let operator = Operator { child, admin, log };
-        wait_until(Duration::from_secs(30), "ruleop to be ready", || {
-            operator.get("/readyz").is_some_and(|body| body.starts_with("ok"))
+        wait_until(Duration::from_secs(30), "ruleop's admin endpoints", || {
+            operator.get_status("/healthz").is_some()
         });
         operator
+    }
+
+    /// Whether `/readyz` answers 200 `ok`.
+    pub fn ready(&self) -> bool {
+        self.get("/readyz").is_some_and(|body| body.starts_with("ok"))
+    }
+
+    /// Reconciles of `rule` finished so far, whatever their result.
+    pub fn reconciles(&self, rule: &str) -> u64 {
+        self.metric("ruleop_reconciles_total", &[("rule", rule)])
+    }
+
+    /// Runs `event`, then waits until a reconcile of `rule` that began after it has finished, so
+    /// that a check for "nothing happened" that follows can fail. The count is taken once no
+    /// reconcile has finished for 300 ms: a reconcile still in flight when `event` runs would
+    /// otherwise be mistaken for the one it causes (a missed quiet period only makes the wait
+    /// end early, never fail).
+    pub fn reconciled_after(&self, rule: &str, event: impl FnOnce()) {
+        let before = self.idle_reconciles(rule);
+        event();
+        wait_until(
+            Duration::from_secs(30),
+            &format!("a reconcile of rule {rule} after the event"),
+            || self.reconciles(rule) > before,
+        );
+    }
+
+    /// Waits until no reconcile of `rule` has finished for 300 ms (the operator is idle: what
+    /// it was reconciling has been written) and returns the count of reconciles then.
+    pub fn idle_reconciles(&self, rule: &str) -> u64 {
+        let quiet = Duration::from_millis(300);
+        let mut count = self.reconciles(rule);
+        let mut changed = Instant::now();
+        wait_until(Duration::from_secs(30), "the operator to be idle", || {
+            let now = self.reconciles(rule);
+            if now != count {
+                count = now;
+                changed = Instant::now();
+            }
+            changed.elapsed() >= quiet
+        });
+        count
     }
 
     /// GETs an admin path; `None` if it does not answer 200.
@@ -359,6 +475,51 @@ pub fn apiserver_writes(resources: &[&str]) -> u64 {
                 &text,
                 "apiserver_request_total",
                 &[("verb", verb), ("resource", resource)],
+            )
+        })
+        .sum()
+}
+
+/// Open watches the API server is serving on `resource` with `scope` (`namespace`, `cluster`),
+/// from its own `apiserver_longrunning_requests` gauge.
+pub fn apiserver_watches(resource: &str, scope: &str) -> u64 {
+    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
+    sum_metric(
+        &text,
+        "apiserver_longrunning_requests",
+        &[("verb", "WATCH"), ("resource", resource), ("scope", scope)],
+    )
+}
+
+/// A kubeconfig that authenticates as ServiceAccount `namespace/name` (a token from
+/// `kubectl create token`) to the test control plane; the file lives as long as the TempDir.
+pub fn service_account_kubeconfig(namespace: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let token = kubectl_ok(&["create", "token", name, "-n", namespace, "--duration=1h"]);
+    let field = |path: &str| kubectl_ok(&["config", "view", "--raw", "--minify", "-o", &format!("jsonpath={path}")]);
+    let server = field("{.clusters[0].cluster.server}");
+    let ca = field("{.clusters[0].cluster.certificate-authority-data}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {}\ncontexts:\n- name: test\n  context: {{cluster: test, user: {name}, namespace: {namespace}}}\ncurrent-context: test\n",
+        token.trim()
+    );
+    std::fs::write(&path, text).expect("write kubeconfig");
+    (dir, path)
+}
+
+/// Like [`apiserver_writes`], split by the API server's `dry_run` label: `""` counts the writes
+/// it persisted, `"All"` the dry runs it computed and threw away.
+pub fn apiserver_writes_dry_run(resources: &[&str], dry_run: &str) -> u64 {
+    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
+    ["POST", "PUT", "PATCH", "APPLY"]
+        .iter()
+        .flat_map(|verb| resources.iter().map(move |r| (*verb, *r)))
+        .map(|(verb, resource)| {
+            sum_metric(
+                &text,
+                "apiserver_request_total",
+                &[("verb", verb), ("resource", resource), ("dry_run", dry_run)],
             )
         })
         .sum()

@@ -1,0 +1,310 @@
+//! The rule language's collections against the real control plane: `forEach` children keyed by
+//! item, `dependsOn`/`readyWhen` ordering, and lookups that re-reconcile their readers. Every
+//! rule and template here is written by the test, for an `App` CRD of its own.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::custom::CustomKind;
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+const SERVICE_PER_PORT: &str = r#"
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ metadata.name }}-{{ item_key }}
+spec:
+  selector: {app: {{ metadata.name }}}
+  ports:
+    - name: {{ item.name }}
+      port: {{ item.port }}
+"#;
+
+/// One test's App kind, its rule (`rule_spec`: the rest of the spec of rule `app`) and ruleop.
+struct Setup {
+    kind: CustomKind,
+    operator: Operator,
+    dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl Setup {
+    fn start(ns: &Namespace, test: &str, rule_spec: &str, templates: &[(&str, &str)]) -> Self {
+        Self::start_with(ns, test, rule_spec, templates, &[])
+    }
+
+    fn start_with(ns: &Namespace, test: &str, rule_spec: &str, templates: &[(&str, &str)], flags: &[&str]) -> Self {
+        let kind = CustomKind::new(test, "App");
+        kind.install();
+        let dirs = kind.rule_files("app", rule_spec, templates);
+        let operator = Operator::start_with(dirs.0.path(), dirs.1.path(), &ns.0, flags);
+        Setup { kind, operator, dirs }
+    }
+
+    /// `<resource>/<name>` of an App, for kubectl.
+    fn app(&self, name: &str) -> String {
+        format!("{}/{name}", self.kind.resource())
+    }
+
+    fn ready(&self, ns: &str, name: &str, field: &str) -> String {
+        get(
+            ns,
+            &self.app(name),
+            &format!("{{.status.conditions[?(@.type==\"Ready\")].{field}}}"),
+        )
+    }
+
+    fn observed_generation_is_current(&self, ns: &str, name: &str) -> bool {
+        let generation = get(ns, &self.app(name), "{.metadata.generation}");
+        !generation.is_empty() && get(ns, &self.app(name), "{.status.observedGeneration}") == generation
+    }
+}
+
+#[test]
+fn for_each_prunes_exactly_the_removed_item_and_a_reorder_writes_nothing() {
+    let ns = Namespace::new("coll-foreach");
+    let rule = "  children:\n    - id: port\n      apiVersion: v1\n      kind: Service\n      template: app/service.yaml.j2\n      forEach: spec.ports\n      key: \"{{ item.name }}\"\n";
+    let setup = Setup::start(&ns, "coll-foreach", rule, &[("app/service.yaml.j2", SERVICE_PER_PORT)]);
+    let ports = |names: &[(&str, u16)]| {
+        let items: Vec<String> = names
+            .iter()
+            .map(|(name, port)| format!("{{\"name\":\"{name}\",\"port\":{port}}}"))
+            .collect();
+        format!("{{\"ports\":[{}]}}", items.join(","))
+    };
+    apply_yaml(
+        &ns.0,
+        &setup
+            .kind
+            .object("web", &ports(&[("http", 80), ("https", 443), ("metrics", 9090)])),
+    );
+    wait_until(WAIT, "three Services and Ready", || {
+        setup.ready(&ns.0, "web", "status") == "True"
+    });
+    let uid = |name: &str| get(&ns.0, &format!("service/{name}"), "{.metadata.uid}");
+    let uids: Vec<String> = ["web-http", "web-https", "web-metrics"]
+        .iter()
+        .map(|n| uid(n))
+        .collect();
+    assert!(uids.iter().all(|u| !u.is_empty()), "{uids:?}");
+    assert_eq!(
+        get(&ns.0, "service/web-https", "{.metadata.labels.ruleop\\.io/item}"),
+        "https"
+    );
+    assert_eq!(setup.ready(&ns.0, "web", "message"), "every child is ready (3 objects)");
+
+    // Only this test writes Services in this binary, so the cluster-wide counter is ours.
+    let writes = apiserver_writes(&["services"]);
+    let ours = setup.operator.metric("ruleop_api_writes_total", &[("kind", "Service")]);
+    let spec = |ports: String| format!("{{\"spec\":{ports}}}");
+    merge_patch(
+        &ns.0,
+        &setup.app("web"),
+        &spec(ports(&[("metrics", 9090), ("https", 443), ("http", 80)])),
+    );
+    wait_until(WAIT, "the reordered spec to be reconciled", || {
+        setup.observed_generation_is_current(&ns.0, "web")
+    });
+    assert_eq!(apiserver_writes(&["services"]), writes, "a reorder writes no Service");
+    assert_eq!(
+        setup.operator.metric("ruleop_api_writes_total", &[("kind", "Service")]),
+        ours
+    );
+
+    let deletes = setup
+        .operator
+        .metric("ruleop_api_writes_total", &[("verb", "DELETE"), ("kind", "Service")]);
+    merge_patch(
+        &ns.0,
+        &setup.app("web"),
+        &spec(ports(&[("metrics", 9090), ("http", 80)])),
+    );
+    wait_until(WAIT, "the https Service to be pruned", || {
+        !exists(&ns.0, "service/web-https")
+    });
+    wait_until(WAIT, "the spec to be reconciled", || {
+        setup.observed_generation_is_current(&ns.0, "web")
+    });
+    assert_eq!(uid("web-http"), uids[0], "web-http untouched");
+    assert_eq!(uid("web-metrics"), uids[2], "web-metrics untouched");
+    assert_eq!(
+        setup
+            .operator
+            .metric("ruleop_api_writes_total", &[("verb", "DELETE"), ("kind", "Service")]),
+        deletes + 1,
+        "exactly one Service deleted"
+    );
+}
+
+#[test]
+fn depends_on_holds_a_child_back_until_its_dependency_is_ready_and_never_prunes_it() {
+    let ns = Namespace::new("coll-depends");
+    let rule = r#"  children:
+    - id: config
+      apiVersion: v1
+      kind: ConfigMap
+      template: app/config.yaml.j2
+      readyWhen: object.data | dig("ready") == "yes"
+    - id: secret
+      apiVersion: v1
+      kind: Secret
+      template: app/secret.yaml.j2
+      dependsOn: [config]
+"#;
+    let config =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-config\ndata:\n  greeting: hello\n";
+    // A Secret, not a Service: the reorder test counts the API server's Service writes.
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{ metadata.name }}\nstringData:\n  token: t\n";
+    let setup = Setup::start(
+        &ns,
+        "coll-depends",
+        rule,
+        &[("app/config.yaml.j2", config), ("app/secret.yaml.j2", secret)],
+    );
+    apply_yaml(&ns.0, &setup.kind.object("web", "{}"));
+    // The default Ready names the first child in rule order that is not ready: the config.
+    let config_not_ready = || {
+        setup.ready(&ns.0, "web", "reason") == "ChildNotReady"
+            && setup
+                .ready(&ns.0, "web", "message")
+                .contains("child \"config\" is not ready: readyWhen is false")
+    };
+    wait_until(WAIT, "Ready=False on the existing, unready config", config_not_ready);
+    assert!(exists(&ns.0, "configmap/web-config"));
+    assert!(!exists(&ns.0, "secret/web"), "the Secret waits for the config");
+
+    merge_patch(&ns.0, "configmap/web-config", r#"{"data":{"ready":"yes"}}"#);
+    wait_until(WAIT, "the Secret once the config is ready", || {
+        exists(&ns.0, "secret/web")
+    });
+    wait_until(WAIT, "Ready=True", || setup.ready(&ns.0, "web", "status") == "True");
+
+    merge_patch(&ns.0, "configmap/web-config", r#"{"data":{"ready":"no"}}"#);
+    wait_until(WAIT, "Ready=False on the unready config again", config_not_ready);
+    assert!(
+        exists(&ns.0, "secret/web"),
+        "a child waiting for its dependency is not pruned"
+    );
+}
+
+#[test]
+fn editing_a_looked_up_configmap_updates_exactly_the_parents_that_read_it() {
+    let ns = Namespace::new("coll-lookup");
+    let rule = r#"  lookups:
+    - id: defaults
+      apiVersion: v1
+      kind: ConfigMap
+      name: "{{ spec | dig('defaults', 'app-defaults') }}"
+  children:
+    - id: settings
+      apiVersion: v1
+      kind: ConfigMap
+      template: app/settings.yaml.j2
+"#;
+    let settings = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-settings\ndata:\n  color: {{ lookups.defaults | dig(\"data.color\", \"none\") }}\n";
+    let setup = Setup::start(&ns, "coll-lookup", rule, &[("app/settings.yaml.j2", settings)]);
+    let color = |app: &str| get(&ns.0, &format!("configmap/{app}-settings"), "{.data.color}");
+    // One request for every settings ConfigMap, so the latency measured is mostly ruleop's.
+    let all_colors = || {
+        get(
+            &ns.0,
+            "configmaps",
+            "{range .items[*]}{.metadata.name}={.data.color}{\"\\n\"}{end}",
+        )
+    };
+    let readers = ["a1", "a2", "a3"];
+    for name in readers {
+        apply_yaml(&ns.0, &setup.kind.object(name, "{}"));
+    }
+    apply_yaml(&ns.0, &setup.kind.object("other", r#"{"defaults":"other-defaults"}"#));
+    wait_until(WAIT, "settings while the lookups are absent", || {
+        readers.iter().chain(["other"].iter()).all(|a| color(a) == "none")
+    });
+
+    apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other-defaults}\ndata: {color: green}\n",
+    );
+    wait_until(WAIT, "a created lookup to reach its reader", || {
+        color("other") == "green"
+    });
+    apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-defaults}\ndata: {color: blue}\n",
+    );
+    wait_until(WAIT, "every reader to see blue", || {
+        readers.iter().all(|a| color(a) == "blue")
+    });
+
+    let reconciles_of = |app: &str| {
+        setup
+            .operator
+            .log_text()
+            .lines()
+            .filter(|l| l.contains(" reconciled ") && l.contains(&format!("parent={app} ")))
+            .count()
+    };
+    let other_before = reconciles_of("other");
+    assert!(other_before > 0, "the log names reconciled parents");
+    merge_patch(&ns.0, "configmap/app-defaults", r#"{"data":{"color":"red"}}"#);
+    let started = Instant::now();
+    wait_until(Duration::from_secs(10), "every reader to see red", || {
+        let colors = all_colors();
+        readers.iter().all(|a| colors.contains(&format!("{a}-settings=red\n")))
+    });
+    let took = started.elapsed();
+    eprintln!("looked-up ConfigMap edit -> 3 readers updated in {took:?}");
+    assert!(took < Duration::from_secs(3), "readers updated in {took:?}");
+    assert_eq!(color("other"), "green");
+    assert_eq!(
+        reconciles_of("other"),
+        other_before,
+        "a parent that did not read it is not re-reconciled"
+    );
+
+    kubectl_ok(&["delete", "-n", &ns.0, "configmap/app-defaults"]);
+    wait_until(WAIT, "a deleted lookup to become none", || {
+        readers.iter().all(|a| color(a) == "none")
+    });
+}
+
+#[test]
+fn a_lookup_added_by_a_reload_starts_its_cache_and_follows_edits() {
+    let ns = Namespace::new("coll-reload");
+    let children = "  children:\n    - id: settings\n      apiVersion: v1\n      kind: ConfigMap\n      template: app/settings.yaml.j2\n";
+    let plain =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-settings\ndata:\n  color: plain\n";
+    let setup = Setup::start_with(
+        &ns,
+        "coll-reload",
+        children,
+        &[("app/settings.yaml.j2", plain)],
+        &["--reload-debounce", "100ms", "--reload-interval", "30s"],
+    );
+    let color = || get(&ns.0, "configmap/web-settings", "{.data.color}");
+    apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-defaults}\ndata: {color: blue}\n",
+    );
+    apply_yaml(&ns.0, &setup.kind.object("web", "{}"));
+    wait_until(WAIT, "the settings without a lookup", || color() == "plain");
+
+    // The rule first (a lookup nothing uses yet), then the template reading it.
+    let lookups =
+        "  lookups:\n    - id: defaults\n      apiVersion: v1\n      kind: ConfigMap\n      name: app-defaults\n";
+    let rule = std::fs::read_to_string(setup.dirs.0.path().join("app.yaml")).expect("rule");
+    std::fs::write(setup.dirs.0.path().join("app.yaml"), format!("{rule}{lookups}")).expect("rule");
+    let reading = plain.replace(
+        "color: plain",
+        "color: {{ lookups.defaults | dig(\"data.color\", \"none\") }}",
+    );
+    std::fs::write(setup.dirs.1.path().join("app/settings.yaml.j2"), reading).expect("template");
+    wait_until(WAIT, "the reloaded rule to read the lookup", || color() == "blue");
+
+    merge_patch(&ns.0, "configmap/app-defaults", r#"{"data":{"color":"red"}}"#);
+    wait_until(Duration::from_secs(10), "an edit of the looked-up object", || {
+        color() == "red"
+    });
+}

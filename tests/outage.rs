@@ -1,0 +1,115 @@
+//! An API server outage mid-convergence: ruleop reconnects by itself, loses nothing and
+//! duplicates nothing, and reports not-ready (`/readyz` 503) while the API server is gone and
+//! ready again once its watches are back.
+//!
+//! This binary owns a restartable control plane (`--data-dir`: the same port, CA, tokens and etcd
+//! data after the restart), so stopping it disturbs no other test.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const PARENTS: usize = 30;
+const OUTAGE: Duration = Duration::from_secs(20);
+
+/// Parents whose backup ran and whose status caught up with their generation.
+fn converged(ns: &str) -> usize {
+    get(
+        ns,
+        "databases",
+        "{range .items[*]}{.metadata.generation}/{.status.observedGeneration}/{.status.actions.backup.phase}{\"\\n\"}{end}",
+    )
+    .lines()
+    .filter(|line| {
+        matches!(line.split('/').collect::<Vec<_>>()[..],
+            [generation, observed, "Done"] if !generation.is_empty() && generation == observed)
+    })
+    .count()
+}
+
+/// Backup Jobs per parent, from their `app` label.
+fn jobs_per_parent(ns: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for app in get(ns, "jobs", "{range .items[*]}{.metadata.labels.app}{\"\\n\"}{end}")
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        *counts.entry(app.to_owned()).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn an_api_server_outage_mid_convergence_is_survived_with_one_backup_per_parent() {
+    let plane = restartable_control_plane();
+    install_crds();
+    let ns = Namespace::new("outage");
+    // One reconcile at a time, so that convergence is still under way when the API server stops.
+    let rules = rules_dir(|text| text.replace("maxConcurrentReconciles: 5", "maxConcurrentReconciles: 1"));
+    let mut operator = Operator::start(rules.path(), &templates(), &ns.0);
+
+    let manifests: String = (0..PARENTS)
+        .map(|i| {
+            format!(
+                "---\n{}",
+                database(&format!("db{i:02}"), 1, "  backup:\n    enabled: true\n")
+            )
+        })
+        .collect();
+    let t0 = Instant::now();
+    apply_yaml(&ns.0, &manifests);
+    wait_until(Duration::from_secs(60), "the first backup Job", || {
+        !jobs_per_parent(&ns.0).is_empty()
+    });
+    let jobs_before = jobs_per_parent(&ns.0).values().sum::<usize>();
+    let converged_before = converged(&ns.0);
+
+    let outage_start = t0.elapsed();
+    let stop_took = plane.stop();
+    let not_ready_after = wait_until(Duration::from_secs(15), "/readyz to fail during the outage", || {
+        operator.get_status("/readyz").is_some_and(|(code, _)| code == 503)
+    });
+    std::thread::sleep(OUTAGE.saturating_sub(stop_took + not_ready_after));
+    let readyz_at_end = operator.get_status("/readyz");
+    assert!(
+        readyz_at_end.as_ref().is_some_and(|(code, _)| *code == 503),
+        "/readyz fails for the whole outage: {readyz_at_end:?}"
+    );
+    let start_took = plane.start();
+    let outage_end = t0.elapsed();
+
+    let reconverged = wait_until(Duration::from_secs(120), "every parent to converge", || {
+        converged(&ns.0) == PARENTS
+    });
+    let ready_again = wait_until(Duration::from_secs(60), "/readyz to pass again", || operator.ready());
+    assert!(operator.is_running(), "ruleop was not restarted");
+
+    let jobs = jobs_per_parent(&ns.0);
+    eprintln!(
+        "outage: {PARENTS} parents applied at 0 s; {jobs_before} Jobs and {converged_before} parents \
+         converged when the API server got SIGTERM at {:.1} s (exit took {:.2} s); ruleop's /readyz \
+         failed {:.2} s after the exit ({}); API server started again {:.1} s after the SIGTERM, \
+         READY {:.2} s later (unreachable {:.1} s in all); every parent converged {:.2} s after \
+         READY, /readyz ok {:.2} s after that; {} Jobs",
+        outage_start.as_secs_f64(),
+        stop_took.as_secs_f64(),
+        not_ready_after.as_secs_f64(),
+        readyz_at_end.map_or_else(String::new, |(code, body)| {
+            format!("{code} {}", body.lines().next().unwrap_or_default())
+        }),
+        OUTAGE.max(stop_took + not_ready_after).as_secs_f64(),
+        start_took.as_secs_f64(),
+        (outage_end - outage_start).as_secs_f64(),
+        reconverged.as_secs_f64(),
+        ready_again.as_secs_f64(),
+        jobs.values().sum::<usize>(),
+    );
+    assert!(
+        converged_before < PARENTS,
+        "the outage began mid-convergence ({converged_before} of {PARENTS} parents had converged)"
+    );
+    assert_eq!(jobs.len(), PARENTS, "every parent has its backup: {jobs:?}");
+    assert!(jobs.values().all(|n| *n == 1), "exactly one Job per parent: {jobs:?}");
+}
