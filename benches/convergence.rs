@@ -379,6 +379,11 @@ async fn run_contender(ctx: &Ctx<'_>, contender: Contender, n: usize) -> Result<
         .await
         .with_context(|| format!("create namespace {ns}"))?;
     let result = measure(ctx, contender, n, &ns).await;
+    // ruleop puts its cleanup finalizer on Databases with backups (the final backup on delete);
+    // with ruleop stopped nothing would remove it, and the namespace would never go.
+    if let Err(e) = release_finalizers(&ctx.client, &ns).await {
+        eprintln!("   releasing finalizers in {ns}: {e:#}");
+    }
     // Between contenders: the namespace (and with it every object) must be gone.
     let deleted = delete_namespace(&namespaces, &ns).await;
     let mut result = result?;
@@ -634,6 +639,29 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
             std::fs::copy(entry.path(), &target)?;
         }
     }
+    Ok(())
+}
+
+/// Removes every finalizer from the Databases of a namespace (after the measurement).
+async fn release_finalizers(client: &Client, ns: &str) -> Result<()> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &database_ar());
+    let held: Vec<String> = api
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|d| d.metadata.finalizers.as_ref().is_some_and(|f| !f.is_empty()))
+        .filter_map(|d| d.metadata.name)
+        .collect();
+    let patch = json!({"metadata": {"finalizers": null}});
+    stream::iter(held)
+        .map(|name| {
+            let (api, patch) = (api.clone(), patch.clone());
+            async move { api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
     Ok(())
 }
 

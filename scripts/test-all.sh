@@ -15,6 +15,9 @@ step "format and lints"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 
+step "rule tests (ruleop test tests/ruletests)"
+cargo run --quiet --locked -- test tests/ruletests
+
 step "container image (make image)"
 scripts/image.sh
 

@@ -107,8 +107,12 @@ pub enum Command {
         #[command(flatten)]
         sources: Sources,
         /// Test files, or directories searched recursively for YAML files with RuleTest
-        /// documents (default: `tests/` beside the rules directory).
+        /// documents (default: --tests).
         paths: Vec<PathBuf>,
+        /// The test directory used when no PATH is given (default: `tests/` beside the rules
+        /// directory).
+        #[arg(long = "tests", env = "RULEOP_TESTS")]
+        tests_dir: Option<PathBuf>,
         /// Also write the results as JUnit XML to this file.
         #[arg(long, env = "RULEOP_JUNIT")]
         junit: Option<PathBuf>,

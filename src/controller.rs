@@ -12,6 +12,7 @@ use kube::core::DynamicResourceScope;
 use kube::discovery::ApiResource;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -22,21 +23,26 @@ use crate::admin::AdminState;
 use crate::apply::children::with_desired_hash;
 use crate::apply::children::{ChildOutcome, apply_child, delete};
 use crate::apply::drift_limit::{self, DriftLimiter};
-use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, actions, api_error, events};
+use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, actions, api_error, cleanup, events};
 use crate::child_index::ChildIndex;
 use crate::clock::now_rfc3339;
 use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
 use crate::kinds::{Kinds, ServedKind};
 use crate::lookup_index::{self, RuleLookups};
-use crate::plan::children::ObjectRef;
+use crate::plan::children::ObjectRef as ChildRef;
 use crate::plan::context::LABEL_RULE;
+use crate::plan::deletion::{self, FinalizerStep};
+use crate::plan::scope::ANNOTATION_PARENT;
 use crate::plan::{self, Plan, PlanError};
+use crate::rules::model::ActionTrigger;
 use crate::rules::{Rule, RuleSet};
 use crate::watch::UndecodableReporter;
 
 /// Reconciles per rule when the rule does not say.
 pub const DEFAULT_CONCURRENCY: u16 = 5;
+/// Longest a reconcile waits for its rule's caches to sync before it is retried later.
+const SYNC_WAIT: Duration = Duration::from_secs(10);
 /// Longest wait between retries of a failing parent.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -116,6 +122,9 @@ pub enum ReconcileError {
     /// A write failed.
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    /// The child or lookup caches have not listed yet (a watch failing, see `/readyz`).
+    #[error("the caches of this rule have not synced within {0:?}; retrying")]
+    NotSynced(Duration),
 }
 
 impl ReconcileError {
@@ -123,6 +132,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Plan(e) => e.reason(),
             ReconcileError::Apply(e) => e.reason(),
+            ReconcileError::NotSynced(_) => "CachesNotSynced",
         }
     }
 }
@@ -244,8 +254,16 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         let index = Arc::new(ChildIndex::default());
         children.push((served.resource.clone(), index.clone()));
         let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
+        // Label-owned children live outside the parent's namespace: watch them cluster-wide and
+        // map them to their parent by annotation, as they carry no ownerReference.
+        let by_label = rule.may_own_by_label();
+        let api = if by_label {
+            Api::all_with(shared.client.clone(), &served.resource)
+        } else {
+            shared.api(served)
+        };
         let stream = shared
-            .watch(rule, served, ours)
+            .watch_in(api, rule, served, ours)
             .modify(slim)
             .inspect(move |event| {
                 if let Ok(event) = event {
@@ -253,7 +271,13 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
                 }
             })
             .touched_objects();
-        controller = controller.owns_stream_with(stream, served.resource.clone());
+        controller = if by_label {
+            let parent_resource = parent_kind.resource.clone();
+            let mapper = move |child: DynamicObject| parent_of(&child, &parent_resource);
+            controller.watches_stream_with(stream, mapper, served.resource.clone())
+        } else {
+            controller.owns_stream_with(stream, served.resource.clone())
+        };
     }
     // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
     let watch_lookups = |served: &ServedKind| {
@@ -321,7 +345,10 @@ async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<
     if parent.meta().deletion_timestamp.is_some() {
         ctx.lookups.index.forget(&(namespace.clone(), parent.name_any()));
     }
-    if parent.meta().deletion_timestamp.is_some()
+    // A parent being deleted needs us only while it holds our finalizer.
+    let deleting_without_us =
+        parent.meta().deletion_timestamp.is_some() && !parent.finalizers().iter().any(|f| f == deletion::FINALIZER);
+    if deleting_without_us
         || (!rule.spec.watch.namespaces.is_empty() && !rule.spec.watch.namespaces.contains(&namespace))
     {
         return Ok(Action::await_change());
@@ -356,20 +383,20 @@ async fn reconcile_parent(
     namespace: &str,
 ) -> Result<Action, ReconcileError> {
     let uid = parent.uid().unwrap_or_default();
-    // Planning against a child cache that has not listed yet would see every child missing.
-    let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
-    ctx.lookups.wait_synced().await;
+    // Planning against a child cache that has not listed yet would see every child missing. The
+    // wait is bounded: a kind that cannot be listed must not hold a reconcile (and so a
+    // controller's shutdown, and the reloads waiting on it) forever; the parent is retried.
+    if !*ctx.children_synced.borrow() {
+        debug!(parent = %parent.name_any(), "waiting for the child caches to sync");
+    }
+    let synced = async {
+        let _ = ctx.children_synced.clone().wait_for(|synced| *synced).await;
+        ctx.lookups.wait_synced().await;
+    };
+    if tokio::time::timeout(SYNC_WAIT, synced).await.is_err() {
+        return Err(ReconcileError::NotSynced(SYNC_WAIT));
+    }
     let parent_json = ctx.written.newest(&uid, with_type(parent, &ctx.parent_kind.resource));
-    let observed: Vec<Value> = ctx
-        .children
-        .iter()
-        .flat_map(|(resource, index)| {
-            index.children_of(&uid).into_iter().map(move |mut child| {
-                set_type(&mut child, resource);
-                child
-            })
-        })
-        .collect();
     let now = now_rfc3339();
     let cluster = Cluster {
         client: &ctx.shared.client,
@@ -378,6 +405,20 @@ async fn reconcile_parent(
         admin: &ctx.shared.admin,
         written: &ctx.written,
         drift: &ctx.drift,
+    };
+    let observed: Vec<Value> = if parent.meta().deletion_timestamp.is_some() {
+        // The finalizer is removed on what this says: read it fresh, not from a lagging cache.
+        cleanup::list_owned(&cluster, &deletion_kinds(rule), &uid).await?
+    } else {
+        ctx.children
+            .iter()
+            .flat_map(|(resource, index)| {
+                index.children_of(&uid).into_iter().map(move |mut child| {
+                    set_type(&mut child, resource);
+                    child
+                })
+            })
+            .collect()
     };
     let handle = ParentHandle {
         api: Api::namespaced_with(ctx.shared.client.clone(), namespace, &ctx.parent_kind.resource),
@@ -437,13 +478,17 @@ async fn apply_plan(
     observed: &[Value],
     now: &str,
 ) -> Result<bool, ApplyError> {
+    // Before the first label-owned child exists: nothing may outlive an untracked parent.
+    if plan.finalizer == FinalizerStep::Add {
+        cleanup::set_finalizer(cluster, handle, &mut parent, FinalizerStep::Add).await?;
+    }
     let lives: Vec<Option<&Value>> = plan
         .children
         .iter()
         .map(|child| {
             observed
                 .iter()
-                .find(|o| ObjectRef::of(o).as_ref() == Some(&child.target))
+                .find(|o| ChildRef::of(o).as_ref() == Some(&child.target))
         })
         .collect();
     let hold = hold_drift_repairs(cluster, handle, &plan, &lives);
@@ -532,6 +577,21 @@ async fn apply_plan(
             .await
             .map_err(|e| ApplyError::Status(Box::new(e)))?;
     }
+    for message in plan.deletion.iter().flat_map(|d| &d.timed_out) {
+        events::publish(
+            cluster,
+            handle,
+            None,
+            EventType::Warning,
+            "DeleteActionTimedOut",
+            message.clone(),
+        );
+    }
+    // Last: every cleanup delete above succeeded and no action is outstanding.
+    if plan.finalizer == FinalizerStep::Remove && runs.is_empty() {
+        cleanup::set_finalizer(cluster, handle, &mut parent, FinalizerStep::Remove).await?;
+        debug!(parent = %handle.name, "finalizer removed; the deletion completes");
+    }
     Ok(!runs.is_empty())
 }
 
@@ -611,6 +671,43 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
         .min(MAX_BACKOFF);
     debug!(parent = %parent.name_any(), reason = error.reason(), ?delay, "backing off");
     Action::requeue(delay)
+}
+
+/// The kinds a deleting parent's objects can have: its children and what `on: delete` actions create.
+fn deletion_kinds(rule: &Rule) -> Vec<(String, String)> {
+    let mut kinds = child_kinds(rule);
+    kinds.extend(
+        rule.spec
+            .actions
+            .iter()
+            .filter(|a| a.on == ActionTrigger::Delete)
+            .filter_map(|a| a.create.as_ref())
+            .map(|c| (c.api_version.clone(), c.kind.clone())),
+    );
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+/// The parent of a child seen by a watch: from the `ruleop.io/parent` annotation of a
+/// label-owned child, or from a controller ownerReference of the parent's kind.
+fn parent_of(child: &DynamicObject, parent: &kube::discovery::ApiResource) -> Option<ObjectRef<DynamicObject>> {
+    if let Some((namespace, name)) = child
+        .annotations()
+        .get(ANNOTATION_PARENT)
+        .and_then(|p| p.split_once('/'))
+    {
+        return Some(ObjectRef::new_with(name, parent.clone()).within(namespace));
+    }
+    let owner = child
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == parent.kind)?;
+    let mut reference = ObjectRef::new_with(&owner.name, parent.clone());
+    if let Some(namespace) = child.namespace() {
+        reference = reference.within(&namespace);
+    }
+    Some(reference)
 }
 
 /// An object from a cache as JSON with its apiVersion and kind: objects that came from a

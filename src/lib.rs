@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Everything left of `apply` is a pure function of values: [`rules::load::load`],
-//! [`plan::plan`]. The offline commands (`check`, `render`) use only that part.
+//! [`plan::plan`]. The offline commands (`check`, `render`, `test`) use only that part; `diff` plans
+//! live parents the same way and asks the API server only for dry runs.
 #![forbid(unsafe_code)]
 
 pub mod admin;

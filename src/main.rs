@@ -25,9 +25,12 @@ fn main() -> ExitCode {
             offline::render(&sources, &file, observed.as_deref(), output, &now)
         }
         Command::Schema { kind } => Ok(offline::schema(kind)),
-        Command::Test { sources, paths, junit } => {
-            return ExitCode::from(ruletest::command(&sources, &paths, junit.as_deref()));
-        }
+        Command::Test {
+            sources,
+            paths,
+            tests_dir,
+            junit,
+        } => return ExitCode::from(ruletest::command(&sources, &paths, tests_dir, junit.as_deref())),
         Command::Diff {
             sources,
             namespace,

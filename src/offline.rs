@@ -368,6 +368,7 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
             out.push_str(&commented(&printed, "#   "));
         }
     }
+    print_lifecycle(&mut out, plan);
     out.push_str("# === status patch ===\n");
     for problem in &plan.status_problems {
         out.push_str(&commented(&format!("warning: {problem}"), "# "));
@@ -377,6 +378,32 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
         None => out.push_str("# (none: status already up to date)\n"),
     }
     out
+}
+
+/// The finalizer step and, for a parent being deleted, what holds the deletion.
+fn print_lifecycle(out: &mut String, plan: &Plan) {
+    use plan::deletion::{FINALIZER, FinalizerStep};
+    match plan.finalizer {
+        FinalizerStep::Unchanged => {}
+        FinalizerStep::Add => out.push_str(&format!(
+            "# === finalizer {FINALIZER}: add (before any child is applied) ===\n"
+        )),
+        FinalizerStep::Remove => out.push_str(&format!(
+            "# === finalizer {FINALIZER}: remove (after the deletes above): the deletion completes ===\n"
+        )),
+    }
+    if let Some(deletion) = &plan.deletion {
+        out.push_str("# === deletion in progress ===\n");
+        for line in &deletion.waiting {
+            out.push_str(&format!("# waiting: {line}\n"));
+        }
+        for line in &deletion.timed_out {
+            out.push_str(&format!("# timed out (Warning Event): {line}\n"));
+        }
+        if let Some(ms) = deletion.recheck_in_ms {
+            out.push_str(&format!("# looking again in {ms} ms\n"));
+        }
+    }
 }
 
 fn commented(text: &str, prefix: &str) -> String {

@@ -1,8 +1,11 @@
 //! `ruleop rbac`: the minimal ClusterRole the rules need, derived from the kinds they declare.
 //!
-//! Watched kinds: get/list/watch, and patch on their status. Child kinds: get/list/watch (the
-//! caches), create/patch (server-side apply) and delete (prune). Kinds created by actions:
-//! create. Looked-up kinds: get/list/watch (read only). Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
+//! Watched kinds: get/list/watch, and patch on their status; patch on the parent itself when
+//! the rule needs the `ruleop.io/cleanup` finalizer (label-owned children or `on: delete`
+//! actions). Child kinds (cluster-scoped ones too): get/list/watch (the caches), create/patch
+//! (server-side apply) and delete (prune and cleanup). Kinds created by actions: create, plus
+//! get/list for `on: delete` actions (their `waitFor` reads the object). Looked-up kinds:
+//! get/list/watch (read only). Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
 //! CRD files for custom kinds, so the role is computed offline.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::plan::builtin;
 use crate::rules::RuleSet;
+use crate::rules::model::ActionTrigger;
 use crate::yaml;
 
 /// Name of the generated ClusterRole.
@@ -69,11 +73,20 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
                 &["get", "list", "watch", "create", "patch", "delete"],
             )?;
         }
+        if rule.needs_finalizer() {
+            // The `ruleop.io/cleanup` finalizer is a merge patch on the parent itself.
+            grant(&watch.api_version, &watch.kind, "", &["patch"])?;
+        }
         for lookup in &rule.spec.lookups {
             grant(&lookup.api_version, &lookup.kind, "", &["get", "list", "watch"])?;
         }
-        for create in rule.spec.actions.iter().filter_map(|a| a.create.as_ref()) {
+        for action in &rule.spec.actions {
+            let Some(create) = &action.create else { continue };
             grant(&create.api_version, &create.kind, "", &["create"])?;
+            if action.on == ActionTrigger::Delete {
+                // A deleting parent's objects are listed fresh, `waitFor` reads the created one.
+                grant(&create.api_version, &create.kind, "", &["get", "list"])?;
+            }
         }
     }
     verbs

@@ -111,7 +111,7 @@ impl Supervisor {
 pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     // Taken before reading, so an edit racing the first load is reloaded, not missed.
     let loaded_fingerprint = fingerprint(&settings.sources.rules, &settings.sources.templates);
-    let set = load(&settings.sources.rules, &settings.sources.templates)
+    let mut set = load(&settings.sources.rules, &settings.sources.templates)
         .map_err(|d| anyhow::anyhow!("the rules are invalid:\n{d}"))?;
     let fence = if settings.election.is_some() {
         Fence::closed()
@@ -123,7 +123,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         .context("connecting to the Kubernetes API")?;
     let mut kinds = Kinds::default();
     kinds.resolve(&client, &set).await?;
-    check_scopes(&set, &kinds)?;
+    check_scopes(&mut set, &kinds)?;
     let status = StatusReporter::new(client.clone(), &settings.status_namespace);
     if let Err(e) = status.check_writable().await {
         if matches!(&e, kube::Error::Api(status) if status.code == 403) {
@@ -282,7 +282,7 @@ impl Reloader {
         }
         let started = std::time::Instant::now();
         let metrics = &self.shared.admin.metrics;
-        let set = match load(&sources.rules, &sources.templates) {
+        let mut set = match load(&sources.rules, &sources.templates) {
             Ok(set) => set,
             Err(diagnostics) => {
                 for diagnostic in &diagnostics.0 {
@@ -310,7 +310,7 @@ impl Reloader {
             .await;
             return;
         }
-        if let Err(e) = check_scopes(&set, &kinds) {
+        if let Err(e) = check_scopes(&mut set, &kinds) {
             error!(error = %e, "rule reload rejected; the last good rules keep running");
             metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
             self.fingerprint = fingerprint.clone();
@@ -365,9 +365,11 @@ impl Reloader {
     }
 }
 
-/// Children must be namespaced (they live beside their parent); parents too.
-pub fn check_scopes(set: &RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
-    for rule in &set.rules {
+/// Parents must be namespaced (the engine's children point at them by ownerReference or by a
+/// `namespace/name` annotation); records which child and action kinds are cluster-scoped, as
+/// discovery says, so planning places them right.
+pub fn check_scopes(set: &mut RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
+    for rule in &mut set.rules {
         let watch = &rule.spec.watch;
         if kinds
             .get(&watch.api_version, &watch.kind)
@@ -379,14 +381,7 @@ pub fn check_scopes(set: &RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
                 watch.kind
             );
         }
-        for (api_version, kind) in rule.owned_kinds() {
-            if kinds.get(&api_version, &kind).is_some_and(|k| !k.namespaced) {
-                anyhow::bail!(
-                    "rule {:?}: {api_version} {kind} is cluster-scoped; children must be namespaced",
-                    rule.name
-                );
-            }
-        }
+        rule.set_scopes(|api_version, kind| kinds.get(api_version, kind).map(|k| !k.namespaced));
     }
     Ok(())
 }

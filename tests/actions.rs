@@ -187,15 +187,6 @@ fn a_webhook_failing_twice_is_retried_under_one_key_and_takes_effect_once() {
     );
 }
 
-/// Poor man's randomness for kill timings: the clock's nanoseconds.
-fn random_below(limit: u64) -> u64 {
-    u64::from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos()),
-    ) % limit
-}
-
 #[test]
 fn sigkill_at_random_points_never_duplicates_or_loses_a_backup() {
     install_crds();

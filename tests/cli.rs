@@ -21,7 +21,7 @@ fn text(bytes: &[u8]) -> String {
 fn check_accepts_the_shipped_rules() {
     let out = ruleop(&["check", "--rules", "rules", "--templates", "templates"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("ok: 2 rule(s) valid (cache, database)"));
+    assert!(text(&out.stdout).contains("ok: 3 rule(s) valid (cache, database, tenant)"));
 }
 
 #[test]

@@ -53,6 +53,18 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["patch", "statefulsets.apps", "-n=shop"],
         ["delete", "services", "-n=shop"],
         ["create", "jobs.batch", "-n=shop"],
+        ["list", "jobs.batch", "-n=shop"],
+        ["patch", "databases.myorg.io", "-n=shop"],
+        ["create", "namespaces", "--all-namespaces"],
+        ["delete", "namespaces", "--all-namespaces"],
+        ["patch", "tenants.myorg.io", "-n=platform"],
+        ["create", "rolebindings.rbac.authorization.k8s.io", "-n=tenant-acme"],
+        [
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/edit",
+            "--all-namespaces",
+        ],
+        ["get", "configmaps", "-n=platform"],
         ["create", "events.events.k8s.io", "-n=shop"],
         ["patch", "configmaps", "-n=ruleop-system"],
         ["get", "leases.coordination.k8s.io", "-n=ruleop-system"],
@@ -68,10 +80,22 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["delete", "databases.myorg.io", "-n=shop"],
         ["patch", "configmaps", "-n=shop"],
         ["list", "pods", "--all-namespaces"],
-        ["create", "namespaces", "--all-namespaces"],
         ["update", "databases.myorg.io", "-n=shop"],
         ["update", "leases.coordination.k8s.io", "-n=shop"],
         ["delete", "leases.coordination.k8s.io", "-n=ruleop-system"],
+        ["update", "tenants.myorg.io", "-n=platform"],
+        ["delete", "tenants.myorg.io", "-n=platform"],
+        [
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/cluster-admin",
+            "--all-namespaces",
+        ],
+        ["create", "clusterroles.rbac.authorization.k8s.io", "--all-namespaces"],
+        [
+            "create",
+            "clusterrolebindings.rbac.authorization.k8s.io",
+            "--all-namespaces",
+        ],
     ] {
         assert!(!can_i(&denied), "should be denied: {denied:?}");
     }

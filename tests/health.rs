@@ -85,25 +85,23 @@ fn readiness_drops_and_liveness_holds_while_the_api_server_is_unreachable() {
     assert!(operator.is_running());
 }
 
+/// A ServiceAccount in `ns` with everything the shipped rules need there except StatefulSets;
+/// returns its kubeconfig and the `--serviceaccount` argument for further bindings.
+fn account_without_statefulsets(ns: &str) -> (tempfile::TempDir, std::path::PathBuf, String) {
+    kubectl_ok(&["create", "serviceaccount", "ruleop-test", "-n", ns]);
+    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: partial}\nrules:\n  - apiGroups: [myorg.io]\n    resources: [databases, caches, databases/status, caches/status]\n    verbs: [get, list, watch, patch]\n  - apiGroups: [\"\"]\n    resources: [services, configmaps]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [apps]\n    resources: [deployments]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [batch]\n    resources: [jobs]\n    verbs: [create]\n  - apiGroups: [events.k8s.io]\n    resources: [events]\n    verbs: [create, patch]\n";
+    apply_yaml(ns, role);
+    let account = format!("--serviceaccount={ns}:ruleop-test");
+    kubectl_ok(&["create", "rolebinding", "partial", "-n", ns, "--role=partial", &account]);
+    let (dir, kubeconfig) = service_account_kubeconfig(ns, "ruleop-test");
+    (dir, kubeconfig, account)
+}
+
 #[test]
 fn readiness_is_false_while_a_watched_kind_cannot_be_listed() {
     install_crds();
     let ns = Namespace::new("health-list");
-    kubectl_ok(&["create", "serviceaccount", "ruleop-test", "-n", &ns.0]);
-    // Everything the shipped rules need in the namespace, except StatefulSets.
-    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: partial}\nrules:\n  - apiGroups: [myorg.io]\n    resources: [databases, caches, databases/status, caches/status]\n    verbs: [get, list, watch, patch]\n  - apiGroups: [\"\"]\n    resources: [services, configmaps]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [apps]\n    resources: [deployments]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [batch]\n    resources: [jobs]\n    verbs: [create]\n  - apiGroups: [events.k8s.io]\n    resources: [events]\n    verbs: [create, patch]\n";
-    apply_yaml(&ns.0, role);
-    let account = format!("--serviceaccount={}:ruleop-test", ns.0);
-    kubectl_ok(&[
-        "create",
-        "rolebinding",
-        "partial",
-        "-n",
-        &ns.0,
-        "--role=partial",
-        &account,
-    ]);
-    let (_dir, kubeconfig) = service_account_kubeconfig(&ns.0, "ruleop-test");
+    let (_dir, kubeconfig, account) = account_without_statefulsets(&ns.0);
     let operator = Operator::spawn_on(&kubeconfig, &root().join("rules"), &templates(), &ns.0, &[]);
     wait_until(WAIT, "/readyz to name the kind that cannot be listed", || {
         not_ready_because(&operator, "watch of StatefulSet (apps/v1) failing for")
@@ -133,4 +131,22 @@ fn readiness_is_false_while_a_watched_kind_cannot_be_listed() {
     wait_until(Duration::from_secs(60), "/readyz once the kind can be listed", || {
         operator.ready()
     });
+}
+
+#[test]
+fn a_reconcile_waiting_for_a_cache_that_cannot_sync_does_not_block_shutdown() {
+    install_crds();
+    let ns = Namespace::new("health-stop");
+    let (_dir, kubeconfig, _) = account_without_statefulsets(&ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    let operator = Operator::spawn_on(&kubeconfig, &root().join("rules"), &templates(), &ns.0, &[]);
+    wait_until(WAIT, "a reconcile waiting for the StatefulSet cache", || {
+        operator.log_text().contains("waiting for the child caches to sync")
+    });
+    let stopping = std::time::Instant::now();
+    assert!(operator.stop(), "ruleop did not exit within 20 s of SIGTERM");
+    eprintln!(
+        "SIGTERM to exit with a reconcile waiting on an unsyncable cache: {:?}",
+        stopping.elapsed()
+    );
 }

@@ -26,7 +26,13 @@ fn text(bytes: &[u8]) -> String {
 /// A directory with the shipped rules and templates and `tests/t.yaml` holding `cases`.
 fn project(cases: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    for tree in ["rules", "templates/database", "templates/cache", "examples"] {
+    for tree in [
+        "rules",
+        "templates/database",
+        "templates/cache",
+        "templates/tenant",
+        "examples",
+    ] {
         std::fs::create_dir_all(dir.path().join(tree)).expect("mkdir");
         for entry in std::fs::read_dir(root().join(tree)).expect("read").flatten() {
             if entry.path().is_file() {
@@ -137,5 +143,76 @@ fn committed_rule_test_schema_matches_the_model() {
         text(&out.stdout),
         committed,
         "schema is stale: run `cargo run -- schema --kind rule-test > schema/ruletest.schema.json`"
+    );
+}
+
+#[test]
+fn collections_lookups_and_dependencies_are_testable() {
+    let dir = project(
+        r#"    - name: one Service per port, the settings wait for the config, the lookup is read
+      parent:
+        apiVersion: example.com/v1
+        kind: App
+        metadata: {name: shop, namespace: prod}
+        spec: {ports: [{name: http, port: 80}, {name: grpc, port: 9090}]}
+      lookups:
+        - {apiVersion: v1, kind: ConfigMap, metadata: {name: platform, namespace: platform}, data: {color: blue}}
+      expect:
+        counts: {Service: 2, ConfigMap: 1}
+        children:
+          - {kind: Service, name: shop-grpc, id: port, fields: {spec: {ports: [{port: 9090, name: grpc}]}}}
+          - {kind: ConfigMap, name: shop-config, fields: {data: {color: blue}}}
+        waiting: [settings]
+        status: {conditions: [{type: Ready, status: "False", reason: ChildNotReady}]}
+    - name: two ports with one name are refused at the forEach
+      parent:
+        apiVersion: example.com/v1
+        kind: App
+        metadata: {name: shop, namespace: prod}
+        spec: {ports: [{name: http, port: 80}, {name: http, port: 81}]}
+      expect:
+        error: {contains: http, at: rules/app.yaml:9, reason: InvalidForEach}
+"#,
+    );
+    std::fs::write(
+        dir.path().join("rules/app.yaml"),
+        r#"apiVersion: ruleop.io/v1alpha1
+kind: Rule
+metadata: {name: app}
+spec:
+  watch: {apiVersion: example.com/v1, kind: App}
+  lookups:
+    - {id: platform, apiVersion: v1, kind: ConfigMap, name: platform, namespace: platform}
+  children:
+    - {id: port, apiVersion: v1, kind: Service, template: app/port.yaml.j2, forEach: spec.ports, key: "{{ item.name }}"}
+    - {id: config, apiVersion: v1, kind: ConfigMap, template: app/config.yaml.j2, readyWhen: "object.data | dig('ready') == 'yes'"}
+    - {id: settings, apiVersion: v1, kind: Secret, template: app/settings.yaml.j2, dependsOn: [config]}
+"#,
+    )
+    .expect("write rule");
+    std::fs::create_dir_all(dir.path().join("templates/app")).expect("mkdir");
+    for (name, text) in [
+        (
+            "port.yaml.j2",
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ metadata.name }}-{{ item_key }}\nspec:\n  ports:\n    - name: {{ item.name }}\n      port: {{ item.port }}\n",
+        ),
+        (
+            "config.yaml.j2",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-config\ndata:\n  color: {{ lookups.platform | dig('data.color', 'none') }}\n",
+        ),
+        (
+            "settings.yaml.j2",
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{ metadata.name }}-settings\n",
+        ),
+    ] {
+        std::fs::write(dir.path().join("templates/app").join(name), text).expect("write template");
+    }
+    let out = ruleop_in(dir.path(), &["test"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "PASS tests/t.yaml:6: one Service per port, the settings wait for the config, the lookup is read\n\
+         PASS tests/t.yaml:21: two ports with one name are refused at the forEach\n\
+         2 passed, 0 failed\n"
     );
 }

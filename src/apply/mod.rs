@@ -5,6 +5,7 @@
 pub mod actions;
 pub mod api_error;
 pub mod children;
+pub mod cleanup;
 pub mod compare;
 pub mod drift_limit;
 pub mod events;
@@ -60,6 +61,21 @@ pub enum ApplyError {
     /// Writing the parent's status failed.
     #[error("writing status failed: {}", api_error::describe(.0))]
     Status(#[source] Box<kube::Error>),
+    /// Adding or removing the parent's finalizer failed.
+    #[error("updating the parent's finalizer failed: {0}")]
+    Finalizer(#[source] Box<kube::Error>),
+    /// Listing a deleting parent's objects failed.
+    #[error("listing {kind} objects of the parent failed: {source}")]
+    List {
+        /// The kind listed.
+        kind: String,
+        /// The API error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// A label-owned child's name is taken by an object this parent does not own.
+    #[error("{0} already exists and is not owned by this parent; ruleop does not adopt it")]
+    NotOurs(ObjectRef),
     /// Another writer changed the parent between our read and our intent record.
     #[error("the parent changed while recording action {0:?}; retrying")]
     Conflict(String),
@@ -82,6 +98,9 @@ impl ApplyError {
             ApplyError::Immutable { .. } => "ImmutableFieldChanged",
             ApplyError::Prune { .. } => "PruneFailed",
             ApplyError::Status(_) => "StatusWriteFailed",
+            ApplyError::Finalizer(_) => "FinalizerFailed",
+            ApplyError::List { .. } => "ListFailed",
+            ApplyError::NotOurs(_) => "ChildNotOwned",
             ApplyError::Conflict(_) => "Conflict",
             ApplyError::Action { .. } => "ActionFailed",
         }

@@ -214,6 +214,33 @@ fn api_for(
     })
 }
 
+/// Every object of a LIST as JSON, decoded once (not through typed objects: a thousand
+/// StatefulSets with their managedFields are megabytes), with apiVersion and kind set (items
+/// of a list of a built-in kind come without them).
+async fn list_values(
+    client: &Client,
+    api: &Api<DynamicObject>,
+    params: &ListParams,
+    api_version: &str,
+    kind: &str,
+) -> anyhow::Result<Vec<Value>> {
+    let request = kube::core::Request::new(api.resource_url()).list(params)?;
+    let mut list: Value = client.request(request).await?;
+    let Some(Value::Array(items)) = list.get_mut("items").map(Value::take) else {
+        return Ok(Vec::new());
+    };
+    Ok(items
+        .into_iter()
+        .map(|mut item| {
+            if let Some(map) = item.as_object_mut() {
+                map.entry("apiVersion").or_insert_with(|| Value::from(api_version));
+                map.entry("kind").or_insert_with(|| Value::from(kind));
+            }
+            item
+        })
+        .collect())
+}
+
 /// The rule's parents, sorted by namespace and name.
 async fn list_parents(client: &Client, kinds: &Kinds, rule: &Rule, options: &Options) -> anyhow::Result<Vec<Value>> {
     let watch = &rule.spec.watch;
@@ -230,14 +257,11 @@ async fn list_parents(client: &Client, kinds: &Kinds, rule: &Rule, options: &Opt
         &watch.kind,
         options.namespace.as_deref(),
     )?;
-    let list = api
-        .list(&params)
+    let list = list_values(client, &api, &params, &watch.api_version, &watch.kind)
         .await
         .with_context(|| format!("listing {} {} of rule {:?}", watch.api_version, watch.kind, rule.name))?;
     let mut parents: Vec<Value> = list
-        .items
         .into_iter()
-        .filter_map(|o| serde_json::to_value(o).ok())
         .map(strip_managed_fields)
         .filter(|p| {
             let ns = p
@@ -273,19 +297,11 @@ async fn list_children(
     let params = ListParams::default().labels(&format!("{LABEL_RULE}={}", rule.name));
     let mut by_parent: HashMap<String, Vec<Value>> = HashMap::new();
     for (api_version, kind) in kinds_of_children {
-        let list = api_for(client, kinds, api_version, kind, namespace)?
-            .list(&params)
+        let api = api_for(client, kinds, api_version, kind, namespace)?;
+        let list = list_values(client, &api, &params, api_version, kind)
             .await
             .with_context(|| format!("listing {api_version} {kind} children of rule {:?}", rule.name))?;
-        for object in list.items {
-            let Ok(mut object) = serde_json::to_value(object) else {
-                continue;
-            };
-            // Items of a list of a built-in kind come without apiVersion and kind.
-            if let Some(map) = object.as_object_mut() {
-                map.entry("apiVersion").or_insert_with(|| Value::from(api_version));
-                map.entry("kind").or_insert_with(|| Value::from(kind));
-            }
+        for object in list {
             let uid = object
                 .pointer(&format!("/metadata/labels/{}", LABEL_PARENT_UID.replace('/', "~1")))
                 .and_then(Value::as_str);
@@ -479,7 +495,7 @@ impl ParentContext<'_> {
                     metadata.remove("annotations");
                 }
             }
-            yaml::to_string(&projected)
+            yaml::to_string(&sorted(projected))
         };
         let after = shown(&result);
         match live {
@@ -498,6 +514,20 @@ impl ParentContext<'_> {
                 }
             }
         }
+    }
+}
+
+/// `value` with every map's keys in order: the live object (JSON as stored) and the dry run's
+/// result (decoded through typed metadata) list the same fields in different orders.
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
     }
 }
 
@@ -548,4 +578,33 @@ fn status_diff(parent: &Value, patch: &Value) -> String {
         }
     };
     unified(&show(before), &show(after), "status (live)", "status (proposed)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn status_diff_shows_only_the_fields_the_patch_touches() {
+        let parent = json!({"status": {"endpoint": "a", "readyReplicas": 2, "untouched": true}});
+        let patch = json!({"status": {"endpoint": "b", "readyReplicas": null}});
+        assert_eq!(
+            status_diff(&parent, &patch),
+            "--- status (live)\n+++ status (proposed)\n@@ -1,2 +1 @@\n-endpoint: a\n-readyReplicas: 2\n+endpoint: b\n"
+        );
+        assert_eq!(status_diff(&parent, &json!({"metadata": {}})), "");
+    }
+
+    #[test]
+    fn an_action_run_counts_its_intent_effect_and_completion() {
+        let writes = Writes {
+            updates: 1,
+            creates: 2,
+            prunes: 1,
+            action_runs: 1,
+            status: 1,
+        };
+        assert_eq!(writes.total(), 8);
+    }
 }

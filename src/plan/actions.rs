@@ -13,15 +13,18 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::PlanError;
-use super::children::{Declared, render_object};
+use super::children::{Declared, Placement, render_object};
 use super::context::{self, LABEL_ACTION, ParentRef};
 use crate::rules::Rule;
 use crate::rules::load::hex;
-use crate::rules::model::ActionSpec;
+use crate::rules::model::{ActionSpec, ActionTrigger};
 use crate::template::Renderer;
 
 /// Annotation carrying the idempotency key on created objects.
 pub const ANNOTATION_KEY: &str = "ruleop.io/idempotency-key";
+
+/// The guard value of an `on: delete` action's run: one run per parent (UID) deletion.
+pub const DELETE_GUARD_VALUE: &str = "delete";
 
 /// Phase of a recorded run.
 pub mod phase {
@@ -98,6 +101,8 @@ pub struct RunRecord {
     pub attempts: u64,
     /// When the last attempt failed (RFC 3339).
     pub failed_at: Option<String>,
+    /// When the current run started (RFC 3339).
+    pub started_at: Option<String>,
 }
 
 impl RunRecord {
@@ -112,6 +117,7 @@ impl RunRecord {
             runs: record.get("runs").and_then(Value::as_u64).unwrap_or(0),
             attempts: record.get("attempts").and_then(Value::as_u64).unwrap_or(0),
             failed_at: record.get("failedAt").and_then(Value::as_str).map(str::to_owned),
+            started_at: record.get("startedAt").and_then(Value::as_str).map(str::to_owned),
         })
     }
 }
@@ -201,12 +207,17 @@ pub fn decide(
     }
     if let Some(when) = &action.when {
         let label = rule.inline_template(&format!("actions.{id}.when"));
-        if !renderer.eval_bool(&label, &when.value, base_context)? {
+        let holds = renderer
+            .eval_bool(&label, &when.value, base_context)
+            .map_err(|e| super::status_eval::relocate(rule, when, e))?;
+        if !holds {
             return Ok(skip(format!("`when` is false ({})", when.value)));
         }
     }
     let guard = &action.guard;
-    let guard_value = if guard.generation {
+    let guard_value = if action.on == ActionTrigger::Delete {
+        DELETE_GUARD_VALUE.to_owned()
+    } else if guard.generation {
         format!("generation={}", parent_ref.generation)
     } else if let Some(annotation) = &guard.annotation {
         match parent.pointer(&format!(
@@ -229,7 +240,12 @@ pub fn decide(
     let key = idempotency_key(&parent_ref.uid, id, &guard_value);
     let reason = match &record {
         Some(r) if r.key == key && r.phase == phase::DONE => {
-            return Ok(skip(format!("already ran for {guard_value} (key {key})")));
+            let what = if action.on == ActionTrigger::Delete {
+                "this deletion"
+            } else {
+                guard_value.as_str()
+            };
+            return Ok(skip(format!("already ran for {what} (key {key})")));
         }
         Some(r) if r.key == key => {
             if let Some(left) = backoff_left(r, scope.now) {
@@ -247,6 +263,7 @@ pub fn decide(
             )
         }
         Some(r) => format!("{guard_value} has not run yet (last run: {})", r.guard_value),
+        None if action.on == ActionTrigger::Delete => "the parent is being deleted and it has not run yet".to_owned(),
         None => format!("{guard_value} has not run yet (never ran)"),
     };
     run(renderer, rule, action, scope, &guard_value, key, reason)
@@ -285,8 +302,16 @@ fn run(
             api_version: &create.api_version,
             kind: &create.kind,
             template: &create.template.value,
+            placement: Placement::ParentNamespace,
         };
         let mut object = render_object(renderer, &declared, parent_ref, &rule.name, &context)?;
+        if action.on == ActionTrigger::Delete
+            && let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            // A final backup must outlive its parent: with an ownerReference the garbage
+            // collector would delete it (and stop it, if it still runs) once the parent is gone.
+            metadata.remove("ownerReferences");
+        }
         if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             metadata.insert("name".to_owned(), json!(name));
             if let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut) {

@@ -17,6 +17,9 @@ pub fn check_types(object: &Value) -> Result<(), String> {
         ("v1", "ServiceAccount") => typed::<core::v1::ServiceAccount>(object),
         ("v1", "PersistentVolumeClaim") => typed::<core::v1::PersistentVolumeClaim>(object),
         ("v1", "Pod") => typed::<core::v1::Pod>(object),
+        ("v1", "Namespace") => typed::<core::v1::Namespace>(object),
+        ("v1", "ResourceQuota") => typed::<core::v1::ResourceQuota>(object),
+        ("v1", "LimitRange") => typed::<core::v1::LimitRange>(object),
         ("apps/v1", "StatefulSet") => typed::<apps::v1::StatefulSet>(object),
         ("apps/v1", "Deployment") => typed::<apps::v1::Deployment>(object),
         ("apps/v1", "DaemonSet") => typed::<apps::v1::DaemonSet>(object),
@@ -27,6 +30,8 @@ pub fn check_types(object: &Value) -> Result<(), String> {
         ("policy/v1", "PodDisruptionBudget") => typed::<policy::v1::PodDisruptionBudget>(object),
         ("rbac.authorization.k8s.io/v1", "Role") => typed::<rbac::v1::Role>(object),
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => typed::<rbac::v1::RoleBinding>(object),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => typed::<rbac::v1::ClusterRole>(object),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => typed::<rbac::v1::ClusterRoleBinding>(object),
         _ => Ok(()),
     }
 }
@@ -42,6 +47,9 @@ pub fn plural(api_version: &str, kind: &str) -> Option<&'static str> {
         ("v1", "ServiceAccount") => core::v1::ServiceAccount::URL_PATH_SEGMENT,
         ("v1", "PersistentVolumeClaim") => core::v1::PersistentVolumeClaim::URL_PATH_SEGMENT,
         ("v1", "Pod") => core::v1::Pod::URL_PATH_SEGMENT,
+        ("v1", "Namespace") => core::v1::Namespace::URL_PATH_SEGMENT,
+        ("v1", "ResourceQuota") => core::v1::ResourceQuota::URL_PATH_SEGMENT,
+        ("v1", "LimitRange") => core::v1::LimitRange::URL_PATH_SEGMENT,
         ("apps/v1", "StatefulSet") => apps::v1::StatefulSet::URL_PATH_SEGMENT,
         ("apps/v1", "Deployment") => apps::v1::Deployment::URL_PATH_SEGMENT,
         ("apps/v1", "DaemonSet") => apps::v1::DaemonSet::URL_PATH_SEGMENT,
@@ -52,8 +60,22 @@ pub fn plural(api_version: &str, kind: &str) -> Option<&'static str> {
         ("policy/v1", "PodDisruptionBudget") => policy::v1::PodDisruptionBudget::URL_PATH_SEGMENT,
         ("rbac.authorization.k8s.io/v1", "Role") => rbac::v1::Role::URL_PATH_SEGMENT,
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => rbac::v1::RoleBinding::URL_PATH_SEGMENT,
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => rbac::v1::ClusterRole::URL_PATH_SEGMENT,
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => rbac::v1::ClusterRoleBinding::URL_PATH_SEGMENT,
         _ => return None,
     })
+}
+
+/// Whether a built-in kind is cluster-scoped (offline knowledge; `ruleop run` asks discovery).
+pub fn is_cluster_scoped(api_version: &str, kind: &str) -> bool {
+    matches!(
+        (api_version, kind),
+        ("v1", "Namespace" | "PersistentVolume" | "Node")
+            | ("rbac.authorization.k8s.io/v1", "ClusterRole" | "ClusterRoleBinding")
+            | ("storage.k8s.io/v1", "StorageClass")
+            | ("scheduling.k8s.io/v1", "PriorityClass")
+            | ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    )
 }
 
 fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(object: &Value) -> Result<(), String> {

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
-use super::{PlanError, builtin, names};
+use super::{PlanError, builtin, names, scope};
 use crate::rules::model::ImmutableChangePolicy;
 use crate::template::Renderer;
 use crate::yaml;
@@ -24,7 +24,7 @@ pub struct DesiredChild {
     pub on_immutable_change: ImmutableChangePolicy,
 }
 
-/// Identity of a namespaced object.
+/// Identity of an object (`namespace` is empty for cluster-scoped kinds).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
@@ -53,7 +53,11 @@ impl ObjectRef {
 
 impl std::fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
     }
 }
 
@@ -67,6 +71,21 @@ pub struct Declared<'a> {
     pub kind: &'a str,
     /// Template name.
     pub template: &'a str,
+    /// Where the object may live.
+    pub placement: Placement,
+}
+
+/// Where a rendered object may live, which decides how the parent owns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// In the parent's namespace only (objects created by actions).
+    ParentNamespace,
+    /// A child: in the parent's namespace (controller ownerReference), or, owned by labels,
+    /// cluster-scoped or in another namespace (which [`super::scope::guard`] then checks).
+    Child {
+        /// Whether the kind is cluster-scoped.
+        cluster_scoped: bool,
+    },
 }
 
 /// Renders one template into one checked object carrying our labels and owner reference.
@@ -114,28 +133,31 @@ pub fn render_object(
     let Some(metadata) = metadata.as_object_mut() else {
         return Err(invalid("metadata is not a mapping".to_owned()));
     };
-    match metadata.get("namespace").and_then(Value::as_str) {
-        None => {
-            metadata.insert("namespace".to_owned(), json!(parent.namespace));
-        }
-        Some(ns) if ns == parent.namespace => {}
-        Some(ns) => {
-            return Err(invalid(format!(
-                "rendered namespace {ns:?}; children must stay in the parent's namespace {:?}",
-                parent.namespace
-            )));
-        }
-    }
+    let ownership = scope::place(metadata, declared.placement, parent).map_err(invalid)?;
     let labels = metadata.entry("labels").or_insert_with(|| json!({}));
     let Some(labels) = labels.as_object_mut() else {
         return Err(invalid("metadata.labels is not a mapping".to_owned()));
     };
     labels.insert(LABEL_RULE.to_owned(), json!(rule_name));
     labels.insert(LABEL_PARENT_UID.to_owned(), json!(parent.uid));
-    let owners = metadata.entry("ownerReferences").or_insert_with(|| json!([]));
-    match owners.as_array_mut() {
-        Some(owners) => owners.push(parent.owner_reference()),
-        None => return Err(invalid("metadata.ownerReferences is not a list".to_owned())),
+    match ownership {
+        scope::Ownership::Controller => {
+            let owners = metadata.entry("ownerReferences").or_insert_with(|| json!([]));
+            match owners.as_array_mut() {
+                Some(owners) => owners.push(parent.owner_reference()),
+                None => return Err(invalid("metadata.ownerReferences is not a list".to_owned())),
+            }
+        }
+        scope::Ownership::Labels => {
+            let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+            let Some(annotations) = annotations.as_object_mut() else {
+                return Err(invalid("metadata.annotations is not a mapping".to_owned()));
+            };
+            annotations.insert(
+                scope::ANNOTATION_PARENT.to_owned(),
+                json!(format!("{}/{}", parent.namespace, parent.name)),
+            );
+        }
     }
     builtin::check_types(&object).map_err(&invalid)?;
     let is_builtin = builtin::plural(declared.api_version, declared.kind).is_some();

@@ -9,11 +9,13 @@ pub mod actions;
 pub mod builtin;
 pub mod children;
 pub mod context;
+pub mod deletion;
 pub mod foreach;
 pub mod lookups;
 pub mod names;
 pub mod observed;
 pub mod order;
+pub mod scope;
 pub mod status;
 pub mod status_eval;
 
@@ -23,9 +25,10 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::rules::Rule;
+use crate::rules::model::ActionTrigger;
 use crate::template::{RenderError, Renderer};
 use actions::{ActionDecision, Scope};
-use children::{Declared, DesiredChild, ObjectRef};
+use children::{Declared, DesiredChild, ObjectRef, Placement};
 use context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use lookups::{LookupRead, LookupSource, NoLookups};
 use observed::Observed;
@@ -44,6 +47,21 @@ pub enum PlanError {
     /// A template or expression failed to render.
     #[error("render failed: {0}")]
     Render(#[from] RenderError),
+    /// A child would be written into a namespace the parent may not write to (confused deputy).
+    #[error(
+        "child {id:?} targets namespace {namespace:?}, which is not the parent's namespace {parent_namespace:?}, \
+         not a Namespace this parent owns, and not in spec.allowedNamespaces ({allowed})"
+    )]
+    NamespaceNotAllowed {
+        /// Child id.
+        id: String,
+        /// The namespace the child rendered.
+        namespace: String,
+        /// The parent's namespace.
+        parent_namespace: String,
+        /// The rule's allowed namespaces, for the message.
+        allowed: String,
+    },
     /// A child rendered, but not as the one object its rule declares.
     #[error("child {id:?} ({template}): {message}")]
     InvalidChild {
@@ -73,6 +91,7 @@ impl PlanError {
             PlanError::InvalidParent(_) => "InvalidParent",
             PlanError::Render(_) => "RenderFailed",
             PlanError::InvalidChild { .. } => "InvalidChild",
+            PlanError::NamespaceNotAllowed { .. } => "NamespaceNotAllowed",
             PlanError::ForEach { .. } => "InvalidForEach",
         }
     }
@@ -92,6 +111,11 @@ pub struct Plan {
     pub lookups: Vec<LookupRead>,
     /// One decision per action, in rule order.
     pub actions: Vec<ActionDecision>,
+    /// What happens to the parent's `ruleop.io/cleanup` finalizer.
+    pub finalizer: deletion::FinalizerStep,
+    /// The deletion in progress, when the parent is being deleted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletion: Option<deletion::Deletion>,
     /// The status merge patch, or `None` when the status already holds.
     pub status_patch: Option<Value>,
     /// What the status should hold, to merge into a later write (after actions changed it).
@@ -124,11 +148,13 @@ impl DesiredStatus {
 }
 
 impl Plan {
-    /// The soonest time an action waiting out a retry backoff may run again.
+    /// The soonest time an action waiting out a retry backoff may run again, or a deletion
+    /// waiting on `waitFor` should look again.
     pub fn next_retry(&self) -> Option<std::time::Duration> {
         self.actions
             .iter()
             .filter_map(|a| a.retry_in_ms)
+            .chain(self.deletion.as_ref().and_then(|d| d.recheck_in_ms))
             .min()
             .map(std::time::Duration::from_millis)
     }
@@ -169,6 +195,19 @@ pub fn plan_with(
     entries.insert("children".to_owned(), grouped.to_context());
     entries.insert("lookups".to_owned(), looked_up);
     let base = context::extend(&parent_context, entries);
+    if deletion::is_deleting(parent) {
+        let inputs = deletion::Inputs {
+            renderer,
+            rule,
+            parent,
+            parent_ref: &parent_ref,
+            ours: &ours,
+            children: &by_id,
+            context: &base,
+            now,
+        };
+        return deletion::plan(&inputs);
+    }
 
     // `when` and `forEach` see everything but `ready`, which depends on what they select.
     let mut selected = Vec::new();
@@ -205,6 +244,9 @@ pub fn plan_with(
             api_version: &child.api_version,
             kind: &child.kind,
             template: &child.template.value,
+            placement: Placement::Child {
+                cluster_scoped: rule.is_cluster_scoped(&child.api_version, &child.kind),
+            },
         };
         let render = |context: &minijinja::Value| {
             children::desired_child(
@@ -239,6 +281,8 @@ pub fn plan_with(
             desired.push(rendered);
         }
     }
+    let (desired, held_by_namespace) = scope::guard(rule, &parent_ref, desired, &ours)?;
+    waiting.extend(held_by_namespace);
     let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
     // A child waiting for its dependencies keeps what it has: never prune because of an order.
     let held: BTreeSet<&str> = waiting.iter().map(|w| w.id.as_str()).collect();
@@ -260,6 +304,7 @@ pub fn plan_with(
         .spec
         .actions
         .iter()
+        .filter(|action| action.on == ActionTrigger::Reconcile)
         .map(|action| actions::decide(renderer, rule, action, &scope))
         .collect::<Result<Vec<_>, _>>()?;
 
@@ -289,6 +334,8 @@ pub fn plan_with(
         waiting,
         lookups: lookups_read,
         actions,
+        finalizer: deletion::finalizer_step(renderer, rule, parent, &context)?,
+        deletion: None,
         status_patch,
         status,
         status_problems: evaluated.problems,
@@ -335,7 +382,7 @@ fn status_patch(
     status::patch(&current, managed)
 }
 
-fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+pub(crate) fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
     object.pointer("/metadata/labels")?.get(key)?.as_str()
 }
 

@@ -134,7 +134,9 @@ fn unguarded_accesses(code: &str) -> Vec<Access> {
         let chain = bare[from..chain_end].trim_end_matches('.');
         let (id, more) = chain.split_once('.').unwrap_or((chain, ""));
         let indexed = bare[chain_end..].starts_with('[');
-        if id.is_empty() || (more.is_empty() && !indexed) {
+        // `children.<id>.items()`: a method of a forEach child's map, which always exists.
+        let method_call = !more.is_empty() && !more.contains('.') && bare[chain_end..].starts_with('(');
+        if id.is_empty() || (more.is_empty() && !indexed) || method_call {
             continue;
         }
         if is_guarded(&bare, code, id) || found.iter().any(|a| a.path == chain) {
@@ -219,6 +221,7 @@ mod tests {
         assert!(paths("children.db is defined").is_empty());
         assert!(paths("object.children.db.x").is_empty());
         assert!(paths("'children.db.x' == spec.name").is_empty());
+        assert!(paths("children.shards.items() | length > 0").is_empty());
     }
 
     #[test]

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::model::{
-    ActionSpec, ChildSpec, FieldSource, Located, LookupSpec, RULE_API_VERSION, RULE_KIND, RuleDocument,
+    ActionSpec, ActionTrigger, ChildSpec, FieldSource, Located, LookupSpec, RULE_API_VERSION, RULE_KIND, RuleDocument,
+    RuleSpec,
 };
 use super::{Rule, RuleSet, duration, inline_template_name};
 use crate::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
@@ -267,6 +268,7 @@ impl RuleChecker<'_> {
         if spec.max_concurrent_reconciles == Some(0) {
             self.report(name_at.clone(), "spec.maxConcurrentReconciles must be at least 1", None);
         }
+        self.check_allowed_namespaces(spec, &name_at);
         let mut child_ids = BTreeMap::new();
         for (i, child) in spec.children.iter().enumerate() {
             self.check_id(&child.id, "child", &mut child_ids);
@@ -352,6 +354,7 @@ impl RuleChecker<'_> {
             name,
             file: self.file.to_path_buf(),
             resync,
+            cluster_scoped: builtin_cluster_scoped(&doc.spec),
             spec: doc.spec,
         })
     }
@@ -494,14 +497,31 @@ impl RuleChecker<'_> {
         let guards = usize::from(action.guard.generation)
             + usize::from(action.guard.condition.is_some())
             + usize::from(action.guard.annotation.is_some());
-        if guards != 1 {
-            self.report(
-                at.clone(),
-                format!(
-                    "action {id:?}: guard must set exactly one of generation, condition, annotation (found {guards})"
-                ),
-                Some("e.g. guard: {generation: true}"),
-            );
+        match action.on {
+            ActionTrigger::Reconcile => {
+                if guards != 1 {
+                    self.report(
+                        at.clone(),
+                        format!(
+                            "action {id:?}: guard must set exactly one of generation, condition, annotation (found {guards})"
+                        ),
+                        Some("e.g. guard: {generation: true}"),
+                    );
+                }
+                for (field, set) in [
+                    ("waitFor", action.wait_for.is_some()),
+                    ("timeout", action.timeout.is_some()),
+                ] {
+                    if set {
+                        self.report(
+                            at.clone(),
+                            format!("action {id:?}: {field} applies only to `on: delete` actions"),
+                            Some("add `on: delete`, or remove the field"),
+                        );
+                    }
+                }
+            }
+            ActionTrigger::Delete => self.check_delete_action(action, guards),
         }
         match (&action.create, &action.http) {
             (Some(create), None) => self.check_template_exists(&create.template),
@@ -532,6 +552,54 @@ impl RuleChecker<'_> {
         }
         if let Some(when) = &action.when {
             self.check_expression(when, &format!("actions.{id}.when"));
+        }
+    }
+
+    /// An `on: delete` action runs once per deletion: no guard; `waitFor` reads the created
+    /// object, so it needs `create`.
+    fn check_delete_action(&mut self, action: &ActionSpec, guards: usize) {
+        let at = self.at(&action.id);
+        let id = &action.id.value;
+        if guards != 0 {
+            self.report(
+                at.clone(),
+                format!("action {id:?}: an `on: delete` action takes no guard (it runs once per deletion)"),
+                Some("remove `guard`"),
+            );
+        }
+        if let Some(wait_for) = &action.wait_for {
+            if action.create.is_none() {
+                self.report(
+                    self.at(wait_for),
+                    format!("action {id:?}: waitFor reads the created `object`, so it needs `create`"),
+                    None,
+                );
+            }
+            self.check_expression(wait_for, &format!("actions.{id}.waitFor"));
+        }
+        if let Some(timeout) = &action.timeout {
+            if action.wait_for.is_none() {
+                self.report(
+                    self.at(timeout),
+                    format!("action {id:?}: timeout bounds waitFor, which is not set"),
+                    None,
+                );
+            }
+            if let Err(e) = duration::parse(&timeout.value) {
+                self.report(self.at(timeout), format!("action {id:?}: timeout: {e}"), None);
+            }
+        }
+    }
+
+    fn check_allowed_namespaces(&mut self, spec: &RuleSpec, at: &SourceLocation) {
+        for namespace in &spec.allowed_namespaces {
+            if !is_dns_label(namespace) {
+                self.report(
+                    at.clone(),
+                    format!("spec.allowedNamespaces: {namespace:?} is not a namespace name (a DNS label)"),
+                    None,
+                );
+            }
         }
     }
 
@@ -577,6 +645,22 @@ pub fn is_dns_label(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
+}
+
+/// The kinds of `spec` known offline to be cluster-scoped (built-in kinds); `ruleop run`
+/// replaces this with what discovery says.
+fn builtin_cluster_scoped(spec: &RuleSpec) -> std::collections::BTreeSet<(String, String)> {
+    let children = spec.children.iter().map(|c| (&c.api_version, &c.kind));
+    let created = spec
+        .actions
+        .iter()
+        .filter_map(|a| a.create.as_ref())
+        .map(|c| (&c.api_version, &c.kind));
+    children
+        .chain(created)
+        .filter(|(api_version, kind)| crate::plan::builtin::is_cluster_scoped(api_version, kind))
+        .map(|(api_version, kind)| (api_version.clone(), kind.clone()))
+        .collect()
 }
 
 fn check_across_rules(rules: &[Rule], problems: &mut Vec<Diagnostic>) {

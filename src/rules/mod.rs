@@ -26,6 +26,9 @@ pub struct Rule {
     /// A digest of the rule document and every template it uses: equal digests mean the
     /// rule renders the same, so a reload need not re-reconcile its parents.
     pub digest: String,
+    /// `(apiVersion, kind)` of the rule's child and action kinds that are cluster-scoped: built-in
+    /// kinds when loaded, replaced by discovery's answer in `ruleop run` ([`Rule::set_scopes`]).
+    pub cluster_scoped: std::collections::BTreeSet<(String, String)>,
 }
 
 impl Rule {
@@ -51,6 +54,43 @@ impl Rule {
         kinds.sort();
         kinds.dedup();
         kinds
+    }
+
+    /// Whether objects of this kind are cluster-scoped (as far as the rule set knows).
+    pub fn is_cluster_scoped(&self, api_version: &str, kind: &str) -> bool {
+        self.cluster_scoped.contains(&(api_version.to_owned(), kind.to_owned()))
+    }
+
+    /// Records which of the rule's kinds are cluster-scoped, as discovery says.
+    pub fn set_scopes(&mut self, cluster_scoped: impl Fn(&str, &str) -> Option<bool>) {
+        for (api_version, kind) in self.owned_kinds() {
+            match cluster_scoped(&api_version, &kind) {
+                Some(true) => {
+                    self.cluster_scoped.insert((api_version, kind));
+                }
+                Some(false) => {
+                    self.cluster_scoped.remove(&(api_version, kind));
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Whether a child may live outside the parent's namespace (cluster-scoped, in a Namespace
+    /// the parent owns, or in an allowed namespace): such children are owned by labels, watched
+    /// cluster-wide, and cleaned up through the parent's finalizer.
+    pub fn may_own_by_label(&self) -> bool {
+        !self.spec.allowed_namespaces.is_empty()
+            || self
+                .spec
+                .children
+                .iter()
+                .any(|c| self.is_cluster_scoped(&c.api_version, &c.kind))
+    }
+
+    /// Whether parents may need the cleanup finalizer: label-owned children or `on: delete` actions.
+    pub fn needs_finalizer(&self) -> bool {
+        self.may_own_by_label() || self.spec.actions.iter().any(|a| a.on == model::ActionTrigger::Delete)
     }
 
     /// The `(apiVersion, kind)` of every object kind the rule creates: children and created actions.

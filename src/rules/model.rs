@@ -71,6 +71,11 @@ pub struct RuleSpec {
     /// What the engine writes to the parent's status subresource.
     #[serde(default)]
     pub status: StatusSpec,
+    /// Namespaces besides the parent's own (and Namespaces the parent owns as children) that
+    /// children may be written into. Anything else is refused (`NamespaceNotAllowed`), so
+    /// whoever can create a parent cannot aim ruleop's writes at a namespace they do not control.
+    #[serde(default)]
+    pub allowed_namespaces: Vec<String>,
 }
 
 /// The watched parent kind and which of its objects the rule applies to.
@@ -181,7 +186,12 @@ pub struct ActionSpec {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub when: Option<Located<String>>,
-    /// What makes a run happen at most once.
+    /// When the action runs: on reconciles (default) or once when the parent is being deleted.
+    #[serde(default)]
+    pub on: ActionTrigger,
+    /// What makes a run happen at most once (`on: reconcile` only; an `on: delete` action runs
+    /// once per parent deletion).
+    #[serde(default)]
     pub guard: Guard,
     /// Create an object (e.g. a Job) whose name is derived from the idempotency key.
     #[serde(default)]
@@ -192,6 +202,27 @@ pub struct ActionSpec {
     /// Where else the run is recorded besides `status.actions.<id>`.
     #[serde(default)]
     pub record: Option<Record>,
+    /// `on: delete` with `create` only: a Jinja expression over the created `object`; the
+    /// parent's deletion is held until it is true (or `timeout` passes).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub wait_for: Option<Located<String>>,
+    /// How long `waitFor` may hold the deletion, e.g. `10m` (default `10m`); then a Warning
+    /// Event is published and the deletion goes on.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Located<String>>,
+}
+
+/// When an action runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ActionTrigger {
+    /// On reconciles of a live parent, once per guard value.
+    #[default]
+    Reconcile,
+    /// Once when the parent is being deleted, before its finalizer is removed.
+    Delete,
 }
 
 /// Exactly one of the guard fields must be set.

@@ -175,12 +175,12 @@ fn run_file(set: &RuleSet, file: &Path, report: &mut Report) {
         }
     };
     for doc in docs {
-        if doc.api_version != RULE_API_VERSION || doc.kind != RULE_TEST_KIND {
+        if doc.api_version.value != RULE_API_VERSION || doc.kind.value != RULE_TEST_KIND {
             report.cases.push(broken(
-                0,
+                doc.api_version.referenced.line(),
                 format!(
                     "error: expected apiVersion {RULE_API_VERSION} and kind {RULE_TEST_KIND}, found {} {}",
-                    doc.api_version, doc.kind
+                    doc.api_version.value, doc.kind.value
                 ),
             ));
             continue;
@@ -424,7 +424,7 @@ pub fn error_location(error: &PlanError) -> Option<String> {
         },
         PlanError::InvalidChild { template, .. } => Some(template.clone()),
         PlanError::ForEach { at, .. } => Some(at.clone()),
-        PlanError::InvalidParent(_) => None,
+        PlanError::InvalidParent(_) | PlanError::NamespaceNotAllowed { .. } => None,
     }
 }
 
@@ -438,7 +438,12 @@ fn list_or_none(items: &[String]) -> String {
 
 /// `ruleop test` as a command: prints the report (or why nothing ran), writes `junit`, and
 /// returns the exit code: 0 all passed, 1 any failed, 2 nothing could be run.
-pub fn command(sources: &crate::cli::Sources, paths: &[PathBuf], junit: Option<&Path>) -> u8 {
+pub fn command(
+    sources: &crate::cli::Sources,
+    paths: &[PathBuf],
+    tests_dir: Option<PathBuf>,
+    junit: Option<&Path>,
+) -> u8 {
     let set = match crate::rules::load::load(&sources.rules, &sources.templates) {
         Ok(set) => set,
         Err(diagnostics) => {
@@ -446,10 +451,12 @@ pub fn command(sources: &crate::cli::Sources, paths: &[PathBuf], junit: Option<&
             return 2;
         }
     };
-    let default_dir = sources
-        .rules
-        .parent()
-        .map_or_else(|| PathBuf::from("tests"), |p| p.join("tests"));
+    let default_dir = tests_dir.unwrap_or_else(|| {
+        sources
+            .rules
+            .parent()
+            .map_or_else(|| PathBuf::from("tests"), |p| p.join("tests"))
+    });
     let report = match run(&set, paths, &default_dir) {
         Ok(report) => report,
         Err(e) => {

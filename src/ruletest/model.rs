@@ -18,9 +18,11 @@ pub const RULE_TEST_KIND: &str = "RuleTest";
 #[schemars(title = "ruleop RuleTest")]
 pub struct RuleTestDocument {
     /// Must be `ruleop.io/v1alpha1`.
-    pub api_version: String,
+    #[schemars(with = "String")]
+    pub api_version: Located<String>,
     /// Must be `RuleTest`.
-    pub kind: String,
+    #[schemars(with = "String")]
+    pub kind: Located<String>,
     /// Names the test set (shown in JUnit output as the suite name).
     pub metadata: TestMetadata,
     /// The cases.

@@ -535,6 +535,60 @@ pub fn rules_dir(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
     dir
 }
 
+/// A templates directory: the shipped templates plus `extra` (relative path, text).
+pub fn templates_with(extra: &[(&str, &str)]) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).expect("mkdir");
+        for entry in std::fs::read_dir(from).expect("read dir").flatten() {
+            let target = to.join(entry.file_name());
+            if entry.path().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).expect("copy");
+            }
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy(&templates(), dir.path());
+    for (path, text) in extra {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write template");
+    }
+    dir
+}
+
+/// Poor man's randomness for kill timings: the clock's nanoseconds.
+pub fn random_below(limit: u64) -> u64 {
+    u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()),
+    ) % limit
+}
+
+/// `(name, deletionTimestamp)` of every Namespace whose name starts with `prefix`.
+pub fn namespaces_named(prefix: &str) -> Vec<(String, String)> {
+    kubectl_ok(&[
+        "get",
+        "namespaces",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .filter(|l| l.starts_with(prefix))
+    .map(|l| {
+        let (name, deleting) = l.split_once(' ').unwrap_or((l, ""));
+        (name.to_owned(), deleting.trim().to_owned())
+    })
+    .collect()
+}
+
+/// Whether an object carries ruleop's cleanup finalizer.
+pub fn has_cleanup_finalizer(namespace: &str, what: &str) -> bool {
+    get(namespace, what, "{.metadata.finalizers}").contains("ruleop.io/cleanup")
+}
+
 /// The shipped templates directory.
 pub fn templates() -> PathBuf {
     root().join("templates")
