@@ -80,7 +80,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
 
 async fn metrics(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.metrics.render(),
     )
 }

@@ -30,6 +30,7 @@ use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
 use crate::kinds::{Kinds, ServedKind};
 use crate::lookup_index::{self, RuleLookups};
+use crate::metrics::Outcome;
 use crate::plan::children::ObjectRef as ChildRef;
 use crate::plan::context::LABEL_RULE;
 use crate::plan::deletion::{self, FinalizerStep};
@@ -105,9 +106,7 @@ impl Shared {
         let admin = self.admin.clone();
         let kind = resource.kind.clone();
         let reporter = UndecodableReporter::new(resource.clone(), self.recorder.clone(), move || {
-            admin
-                .metrics
-                .inc("ruleop_undecodable_objects_total", &[("kind", &kind)]);
+            admin.metrics.undecodable(&kind);
         });
         crate::watch::watch(api, config, token, Arc::new(reporter))
     }
@@ -359,18 +358,19 @@ async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<
         rule.name,
         parent.name_any()
     ));
+    let _worker = ctx.shared.admin.metrics.reconcile_started(&rule.name);
     let result = reconcile_parent(&ctx, &set, rule, &kinds, &parent, &namespace).await;
     debug!(parent = %parent.name_any(), elapsed = ?started.elapsed(), ok = result.is_ok(), "reconciled");
     let outcome = match &result {
-        Ok(_) => "ok",
+        Ok(_) => Outcome::Ok,
         // An optimistic-concurrency retry (stale cache), not a failure.
-        Err(ReconcileError::Apply(ApplyError::Conflict(_))) => "conflict",
-        Err(_) => "error",
+        Err(ReconcileError::Apply(ApplyError::Conflict(_))) => Outcome::Conflict,
+        Err(e) => Outcome::Error(e.reason()),
     };
     ctx.shared
         .admin
         .metrics
-        .inc("ruleop_reconciles_total", &[("rule", &rule.name), ("result", outcome)]);
+        .reconciled(&rule.name, outcome, started.elapsed());
     result
 }
 
@@ -544,11 +544,10 @@ async fn apply_plan(
         debug!(parent = %handle.name, action = %decision.id, reason = %decision.reason, "running action");
         let finish = (i + 1 == runs.len() && first_error.is_none()).then_some(&plan.status);
         let result = actions::run(cluster, handle, &mut parent, spec, decision, finish, now).await;
-        let outcome = if result.is_ok() { "ok" } else { "error" };
-        cluster.admin.metrics.inc(
-            "ruleop_actions_total",
-            &[("rule", &rule.name), ("action", &decision.id), ("result", outcome)],
-        );
+        cluster
+            .admin
+            .metrics
+            .action_ran(&rule.name, &decision.id, result.is_ok());
         match result {
             Ok(()) => {
                 let note = events::action_run_note(decision);
@@ -618,10 +617,10 @@ fn hold_drift_repairs(
         drift_limit::Decision::Repair => drifted.iter().map(|_| false).collect(),
         drift_limit::Decision::Wait { wait, report } => {
             debug!(parent = %handle.name, ?wait, "drift repair deferred: the parent's budget is spent");
-            cluster.admin.metrics.inc(
-                "ruleop_drift_repairs_deferred_total",
-                &[("kind", plan.children[first].target.kind.as_str())],
-            );
+            cluster
+                .admin
+                .metrics
+                .drift_repair_deferred(plan.children[first].target.kind.as_str());
             if report {
                 drift_limit::report_fight(cluster, handle, &plan.children[first].target);
             }

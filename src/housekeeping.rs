@@ -59,9 +59,7 @@ impl ParentMemory {
 
     /// Publishes [`ParentMemory::len`] as `ruleop_parents_remembered{rule}`.
     pub fn publish(&self, admin: &AdminState, rule: &str) {
-        admin
-            .metrics
-            .set("ruleop_parents_remembered", &[("rule", rule)], self.len() as u64);
+        admin.metrics.parents_remembered(rule, self.len());
     }
 }
 

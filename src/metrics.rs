@@ -1,70 +1,367 @@
-//! Counters exported at `/metrics` in the Prometheus text format.
+//! The operator's metrics: one typed registry, every family named and described once here,
+//! exported at `/metrics` in the OpenMetrics text format (which Prometheus scrapes natively).
+//!
+//! Families that have a controller-runtime equivalent use its name and labels (`controller` is the
+//! rule name) so dashboards and alerts written for Go operators work unchanged; the rest are
+//! `ruleop_*`.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
-/// A set of labelled counters.
-#[derive(Debug, Default)]
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Reconcile duration buckets, in seconds (a subset of controller-runtime's).
+const RECONCILE_BUCKETS: [f64; 15] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerResult {
+    controller: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleResult {
+    rule: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleReason {
+    rule: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    rule: String,
+    action: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    verb: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+/// How one reconcile ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The parent converged (or has nothing to do).
+    Ok,
+    /// An optimistic-concurrency conflict (a stale cache): retried soon, not a failure.
+    Conflict,
+    /// A failure with its CamelCase reason; retried with backoff.
+    Error(&'static str),
+}
+
+impl Outcome {
+    /// ruleop's own `result` label.
+    fn ruleop(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Conflict => "conflict",
+            Outcome::Error(_) => "error",
+        }
+    }
+
+    /// controller-runtime's `result` label.
+    fn controller_runtime(self) -> &'static str {
+        match self {
+            Outcome::Ok => "success",
+            Outcome::Conflict => "requeue",
+            Outcome::Error(_) => "error",
+        }
+    }
+}
+
+/// Every metric the operator exports.
+#[derive(Debug)]
 pub struct Metrics {
-    counters: Mutex<BTreeMap<(&'static str, String), u64>>,
-    gauges: Mutex<BTreeMap<(&'static str, String), u64>>,
+    registry: Registry,
+    reconcile_total: Family<ControllerResult, Counter>,
+    reconcile_errors: Family<ControllerLabels, Counter>,
+    reconcile_time: Family<ControllerLabels, Histogram, fn() -> Histogram>,
+    active_workers: Family<ControllerLabels, Gauge>,
+    reconciles: Family<RuleResult, Counter>,
+    reconcile_errors_by_reason: Family<RuleReason, Counter>,
+    last_success: Family<RuleLabels, Gauge<f64, AtomicU64>>,
+    api_writes: Family<WriteLabels, Counter>,
+    actions: Family<ActionLabels, Counter>,
+    reloads: Family<ResultLabels, Counter>,
+    undecodable: Family<KindLabels, Counter>,
+    drift_deferred: Family<KindLabels, Counter>,
+    parents_remembered: Family<RuleLabels, Gauge>,
+    leader: Gauge,
+}
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(RECONCILE_BUCKETS)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        // Counter names are registered without `_total`: the encoder appends it to the samples.
+        let reconcile_total = Family::default();
+        registry.register(
+            "controller_runtime_reconcile",
+            "Reconciles per rule (controller) and result: success, error or requeue (a write conflict)",
+            reconcile_total.clone(),
+        );
+        let reconcile_errors = Family::default();
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Failed reconciles per rule (controller); see ruleop_reconcile_errors_total for the reason",
+            reconcile_errors.clone(),
+        );
+        let reconcile_time = Family::new_with_constructor(reconcile_histogram as fn() -> Histogram);
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Time one reconcile of a parent took, per rule (controller)",
+            reconcile_time.clone(),
+        );
+        let active_workers = Family::default();
+        registry.register(
+            "controller_runtime_active_workers",
+            "Reconciles running now per rule (controller); near maxConcurrentReconciles means a backlog",
+            active_workers.clone(),
+        );
+        let reconciles = Family::default();
+        registry.register(
+            "ruleop_reconciles",
+            "Reconciles per rule and result: ok, conflict (retried at once) or error (retried with backoff)",
+            reconciles.clone(),
+        );
+        let reconcile_errors_by_reason = Family::default();
+        registry.register(
+            "ruleop_reconcile_errors",
+            "Failed reconciles per rule and reason (the Ready condition's reason)",
+            reconcile_errors_by_reason.clone(),
+        );
+        let last_success = Family::default();
+        registry.register(
+            "ruleop_last_successful_reconcile_timestamp_seconds",
+            "Unix time of the last successful reconcile per rule",
+            last_success.clone(),
+        );
+        let api_writes = Family::default();
+        registry.register(
+            "ruleop_api_writes",
+            "Write requests sent to the API server per verb and kind",
+            api_writes.clone(),
+        );
+        let actions = Family::default();
+        registry.register(
+            "ruleop_actions",
+            "Action runs per rule, action and result (ok or error)",
+            actions.clone(),
+        );
+        let reloads = Family::default();
+        registry.register(
+            "ruleop_rule_reloads",
+            "Rule set reloads per result: ok, invalid (rejected; the last good rules keep running) or retrying",
+            reloads.clone(),
+        );
+        let undecodable = Family::default();
+        registry.register(
+            "ruleop_undecodable_objects",
+            "Watched objects that could not be decoded (skipped), per kind",
+            undecodable.clone(),
+        );
+        let drift_deferred = Family::default();
+        registry.register(
+            "ruleop_drift_repairs_deferred",
+            "Drift repairs deferred because the parent's repair budget is spent (a fight with another writer), per child kind",
+            drift_deferred.clone(),
+        );
+        let parents_remembered = Family::default();
+        registry.register(
+            "ruleop_parents_remembered",
+            "Parents with per-parent memory (failure counts, written hashes, drift budgets) per rule",
+            parents_remembered.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "ruleop_leader",
+            "1 while this replica holds the leader lease (or runs without leader election), else 0",
+            leader.clone(),
+        );
+        Metrics {
+            registry,
+            reconcile_total,
+            reconcile_errors,
+            reconcile_time,
+            active_workers,
+            reconciles,
+            reconcile_errors_by_reason,
+            last_success,
+            api_writes,
+            actions,
+            reloads,
+            undecodable,
+            drift_deferred,
+            parents_remembered,
+            leader,
+        }
+    }
+}
+
+/// Counts a reconcile as running until dropped.
+#[derive(Debug)]
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Metrics {
-    /// Adds one to `name{labels}`.
-    pub fn inc(&self, name: &'static str, labels: &[(&str, &str)]) {
-        let labels = label_text(labels);
-        if let Ok(mut counters) = self.counters.lock() {
-            *counters.entry((name, labels)).or_insert(0) += 1;
-        }
+    /// Marks a reconcile of `rule` as running until the returned guard drops.
+    pub fn reconcile_started(&self, rule: &str) -> InFlight {
+        let gauge = self.active_workers.get_or_create_owned(&ControllerLabels {
+            controller: rule.to_owned(),
+        });
+        gauge.inc();
+        InFlight(gauge)
     }
 
-    /// Sets the gauge `name{labels}` to `value`.
-    pub fn set(&self, name: &'static str, labels: &[(&str, &str)], value: u64) {
-        let labels = label_text(labels);
-        if let Ok(mut gauges) = self.gauges.lock() {
-            gauges.insert((name, labels), value);
-        }
-    }
-
-    /// The sum of `name` over the series whose labels contain every `(key, value)` in `filter`.
-    pub fn sum(&self, name: &str, filter: &[(&str, &str)]) -> u64 {
-        let wanted: Vec<String> = filter.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-        self.counters.lock().map_or(0, |counters| {
-            counters
-                .iter()
-                .filter(|((n, labels), _)| *n == name && wanted.iter().all(|w| labels.split(',').any(|l| l == w)))
-                .map(|(_, v)| *v)
-                .sum()
-        })
-    }
-
-    /// The Prometheus text exposition of every counter and gauge.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        for (series, type_) in [(&self.counters, "counter"), (&self.gauges, "gauge")] {
-            let Ok(series) = series.lock() else {
-                continue;
-            };
-            let mut last = "";
-            for ((name, labels), value) in series.iter() {
-                if *name != last {
-                    out.push_str(&format!("# TYPE {name} {type_}\n"));
-                    last = name;
-                }
-                out.push_str(&format!("{name}{{{labels}}} {value}\n"));
+    /// Records one finished reconcile of `rule`.
+    pub fn reconciled(&self, rule: &str, outcome: Outcome, elapsed: Duration) {
+        let controller = ControllerLabels {
+            controller: rule.to_owned(),
+        };
+        self.reconcile_total
+            .get_or_create(&ControllerResult {
+                controller: rule.to_owned(),
+                result: outcome.controller_runtime().to_owned(),
+            })
+            .inc();
+        self.reconcile_time
+            .get_or_create(&controller)
+            .observe(elapsed.as_secs_f64());
+        self.reconciles
+            .get_or_create(&RuleResult {
+                rule: rule.to_owned(),
+                result: outcome.ruleop().to_owned(),
+            })
+            .inc();
+        match outcome {
+            Outcome::Ok => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                self.last_success
+                    .get_or_create(&RuleLabels { rule: rule.to_owned() })
+                    .set(now.as_secs_f64());
+            }
+            Outcome::Conflict => {}
+            Outcome::Error(reason) => {
+                self.reconcile_errors.get_or_create(&controller).inc();
+                self.reconcile_errors_by_reason
+                    .get_or_create(&RuleReason {
+                        rule: rule.to_owned(),
+                        reason: reason.to_owned(),
+                    })
+                    .inc();
             }
         }
+    }
+
+    /// Counts one write request.
+    pub fn api_write(&self, verb: &str, kind: &str) {
+        self.api_writes
+            .get_or_create(&WriteLabels {
+                verb: verb.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one action run.
+    pub fn action_ran(&self, rule: &str, action: &str, ok: bool) {
+        self.actions
+            .get_or_create(&ActionLabels {
+                rule: rule.to_owned(),
+                action: action.to_owned(),
+                result: if ok { "ok" } else { "error" }.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one rule set reload attempt with its result (`ok`, `invalid`, `retrying`).
+    pub fn reloaded(&self, result: &'static str) {
+        self.reloads
+            .get_or_create(&ResultLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one watched object of `kind` that could not be decoded.
+    pub fn undecodable(&self, kind: &str) {
+        self.undecodable
+            .get_or_create(&KindLabels { kind: kind.to_owned() })
+            .inc();
+    }
+
+    /// Counts one drift repair of a `kind` child deferred by the parent's budget.
+    pub fn drift_repair_deferred(&self, kind: &str) {
+        self.drift_deferred
+            .get_or_create(&KindLabels { kind: kind.to_owned() })
+            .inc();
+    }
+
+    /// Sets how many parents `rule` remembers.
+    pub fn parents_remembered(&self, rule: &str, count: usize) {
+        self.parents_remembered
+            .get_or_create(&RuleLabels { rule: rule.to_owned() })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Sets whether this replica leads.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// The OpenMetrics text exposition of every family (each with `# HELP` and `# TYPE`).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
-}
-
-fn label_text(labels: &[(&str, &str)]) -> String {
-    labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 #[cfg(test)]
@@ -72,16 +369,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counters_render_and_sum_by_label() {
+    fn a_reconcile_moves_the_controller_runtime_and_ruleop_families() {
         let m = Metrics::default();
-        m.inc("ruleop_reconciles_total", &[("rule", "db"), ("result", "ok")]);
-        m.inc("ruleop_reconciles_total", &[("rule", "db"), ("result", "ok")]);
-        m.inc("ruleop_reconciles_total", &[("rule", "db"), ("result", "error")]);
-        assert_eq!(m.sum("ruleop_reconciles_total", &[("rule", "db")]), 3);
-        assert_eq!(m.sum("ruleop_reconciles_total", &[("result", "ok")]), 2);
+        m.reconciled("db", Outcome::Ok, Duration::from_millis(30));
+        m.reconciled("db", Outcome::Ok, Duration::from_millis(30));
+        m.reconciled("db", Outcome::Error("TemplateFailed"), Duration::from_secs(2));
+        let text = m.render();
+        for line in [
+            "# TYPE controller_runtime_reconcile counter\n",
+            "controller_runtime_reconcile_total{controller=\"db\",result=\"success\"} 2\n",
+            "controller_runtime_reconcile_errors_total{controller=\"db\"} 1\n",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"db\"} 3\n",
+            "controller_runtime_reconcile_time_seconds_bucket{le=\"0.05\",controller=\"db\"} 2\n",
+            "ruleop_reconciles_total{rule=\"db\",result=\"ok\"} 2\n",
+            "ruleop_reconcile_errors_total{rule=\"db\",reason=\"TemplateFailed\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line:?} not in\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_in_flight_gauge_falls_when_the_reconcile_ends() {
+        let m = Metrics::default();
+        let guard = m.reconcile_started("db");
         assert!(
             m.render()
-                .contains("ruleop_reconciles_total{rule=\"db\",result=\"ok\"} 2\n")
+                .contains("controller_runtime_active_workers{controller=\"db\"} 1\n")
+        );
+        drop(guard);
+        assert!(
+            m.render()
+                .contains("controller_runtime_active_workers{controller=\"db\"} 0\n")
         );
     }
 }

@@ -146,10 +146,12 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     let mut leadership = None;
+    // Without leader election this replica is the only writer.
+    admin.metrics.set_leader(settings.election.is_none());
     if let Some(election) = &settings.election {
         // A standby is ready: it serves nothing, but must not fail its probes while it waits.
         admin.health.set_started(true);
-        admin.metrics.set("ruleop_leader", &[], 0);
+        admin.metrics.set_leader(false);
         let elector = Elector::new(
             lease_client,
             &election.namespace,
@@ -158,7 +160,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
             election.timing,
         );
         let gauge = admin.clone();
-        let on_change = move |leading: bool| gauge.metrics.set("ruleop_leader", &[], u64::from(leading));
+        let on_change = move |leading: bool| gauge.metrics.set_leader(leading);
         tokio::select! {
             held = leader::acquire(elector, fence.clone(), on_change) => leadership = Some(held),
             () = &mut shutdown => {
@@ -288,7 +290,7 @@ impl Reloader {
                 for diagnostic in &diagnostics.0 {
                     error!(%diagnostic, "rule reload rejected; the last good rules keep running");
                 }
-                metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
+                metrics.reloaded("invalid");
                 self.fingerprint = fingerprint.clone();
                 self.retry = None;
                 let _ = self
@@ -312,7 +314,7 @@ impl Reloader {
         }
         if let Err(e) = check_scopes(&mut set, &kinds) {
             error!(error = %e, "rule reload rejected; the last good rules keep running");
-            metrics.inc("ruleop_rule_reloads_total", &[("result", "invalid")]);
+            metrics.reloaded("invalid");
             self.fingerprint = fingerprint.clone();
             self.retry = None;
             let _ = self
@@ -337,10 +339,7 @@ impl Reloader {
         }
         self.fingerprint = fingerprint.clone();
         self.retry = None;
-        self.shared
-            .admin
-            .metrics
-            .inc("ruleop_rule_reloads_total", &[("result", "ok")]);
+        self.shared.admin.metrics.reloaded("ok");
         info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
         let _ = self
             .status
@@ -353,10 +352,7 @@ impl Reloader {
         let delay = self.retry.map_or(RETRY_MIN, |(_, last)| (last * 2).min(RETRY_MAX));
         self.retry = Some((tokio::time::Instant::now() + delay, delay));
         warn!(%error, retry_in = ?delay, "rule reload failed: {what}; the last good rules keep running");
-        self.shared
-            .admin
-            .metrics
-            .inc("ruleop_rule_reloads_total", &[("result", "retrying")]);
+        self.shared.admin.metrics.reloaded("retrying");
         let errors = format!(
             "{error}\n(retrying with backoff, at least every {}s)",
             RETRY_MAX.as_secs()

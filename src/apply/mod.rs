@@ -203,9 +203,7 @@ impl Cluster<'_> {
 
     /// Counts one write request.
     pub fn count_write(&self, verb: &str, kind: &str) {
-        self.admin
-            .metrics
-            .inc("ruleop_api_writes_total", &[("verb", verb), ("kind", kind)]);
+        self.admin.metrics.api_write(verb, kind);
     }
 
     /// Merge-patches the parent's status subresource and returns the updated parent.

@@ -22,6 +22,7 @@ use crate::apply::{FIELD_MANAGER, api_error, compare};
 use crate::kinds::Kinds;
 use crate::plan::children::{DesiredChild, ObjectRef};
 use crate::plan::context::{LABEL_PARENT_UID, LABEL_RULE, ParentRef};
+use crate::plan::deletion::{FINALIZER, FinalizerStep};
 use crate::plan::lookups::{LookupKey, LookupSource};
 use crate::plan::{self, Plan, actions::Effect};
 use crate::rules::{Rule, RuleSet};
@@ -54,12 +55,14 @@ pub struct Writes {
     pub action_runs: usize,
     /// Status patches not folded into an action's completion record.
     pub status: usize,
+    /// Patches adding or removing the parent's finalizer.
+    pub finalizer: usize,
 }
 
 impl Writes {
     /// Every write request.
     pub fn total(&self) -> usize {
-        self.updates + self.creates + self.prunes + 3 * self.action_runs + self.status
+        self.updates + self.creates + self.prunes + 3 * self.action_runs + self.status + self.finalizer
     }
 
     fn add(&mut self, other: Writes) {
@@ -68,6 +71,7 @@ impl Writes {
         self.prunes += other.prunes;
         self.action_runs += other.action_runs;
         self.status += other.status;
+        self.finalizer += other.finalizer;
     }
 }
 
@@ -90,7 +94,8 @@ impl Report {
         let w = &self.writes;
         format!(
             "{} parent(s) would change, {} unchanged; {} write(s): {} child update(s), {} create(s), \
-             {} prune(s), {} action run(s) (3 writes each), {} status write(s) (Events not counted)",
+             {} prune(s), {} action run(s) (3 writes each), {} status write(s), {} finalizer write(s) \
+             (Events not counted)",
             self.affected,
             self.unchanged,
             w.total(),
@@ -98,7 +103,8 @@ impl Report {
             w.creates,
             w.prunes,
             w.action_runs,
-            w.status
+            w.status,
+            w.finalizer
         )
     }
 }
@@ -433,6 +439,19 @@ impl ParentContext<'_> {
             writes.prunes += 1;
             out.push_str(&format!("- {target} would be pruned (deleted)\n"));
         }
+        match plan.finalizer {
+            FinalizerStep::Add => {
+                writes.finalizer += 1;
+                out.push_str(&format!("+ finalizer {FINALIZER} would be added\n"));
+            }
+            FinalizerStep::Remove => {
+                writes.finalizer += 1;
+                out.push_str(&format!(
+                    "- finalizer {FINALIZER} would be removed: the deletion completes\n"
+                ));
+            }
+            FinalizerStep::Unchanged => {}
+        }
         let mut runs = 0;
         for decision in plan.actions.iter().filter(|a| a.run) {
             runs += 1;
@@ -604,7 +623,8 @@ mod tests {
             prunes: 1,
             action_runs: 1,
             status: 1,
+            finalizer: 1,
         };
-        assert_eq!(writes.total(), 8);
+        assert_eq!(writes.total(), 9);
     }
 }

@@ -371,6 +371,35 @@ fn check(expect: &Expectations, parent: &Value, result: &Result<Plan, PlanError>
             }
         }
     }
+    if let Some(wanted) = expect.finalizer {
+        use crate::plan::deletion::FinalizerStep;
+        let have = match plan.finalizer {
+            FinalizerStep::Add => model::FinalizerExpectation::Add,
+            FinalizerStep::Remove => model::FinalizerExpectation::Remove,
+            FinalizerStep::Unchanged => model::FinalizerExpectation::Unchanged,
+        };
+        if have != wanted {
+            fail(Mismatch {
+                path: "finalizer".to_owned(),
+                expected: format!("{wanted:?}").to_lowercase(),
+                actual: format!("{have:?}").to_lowercase(),
+            });
+        }
+    }
+    if let Some(texts) = &expect.deletion_waiting {
+        let waiting = plan.deletion.as_ref().map(|d| d.waiting.clone()).unwrap_or_default();
+        let missing = texts.iter().find(|t| !waiting.iter().any(|w| w.contains(t.as_str())));
+        if missing.is_some() || (texts.is_empty() && !waiting.is_empty()) {
+            fail(Mismatch {
+                path: "deletionWaiting".to_owned(),
+                expected: match missing {
+                    Some(text) => format!("a line containing {text:?}"),
+                    None => "nothing".to_owned(),
+                },
+                actual: list_or_none(&waiting),
+            });
+        }
+    }
     if let Some(status) = &expect.status {
         let mut after = parent
             .get("status")

@@ -106,6 +106,14 @@ pub struct Expectations {
     /// by `type`), e.g. `{endpoint: ..., conditions: [{type: Ready, status: "False"}]}`.
     #[serde(default)]
     pub status: Option<Value>,
+    /// What happens to the parent's `ruleop.io/cleanup` finalizer: `add`, `remove` or
+    /// `unchanged`.
+    #[serde(default)]
+    pub finalizer: Option<FinalizerExpectation>,
+    /// For a parent being deleted: texts that must each appear in what holds the deletion
+    /// (`[]`: nothing holds it).
+    #[serde(default)]
+    pub deletion_waiting: Option<Vec<String>>,
     /// The plan must fail with this error (the parent would get `Ready=False`).
     #[serde(default)]
     pub error: Option<ErrorExpectation>,
@@ -168,4 +176,16 @@ pub struct ErrorExpectation {
     /// The `Ready=False` reason, e.g. `RenderFailed`, `InvalidChild`, `InvalidForEach`.
     #[serde(default)]
     pub reason: Option<String>,
+}
+
+/// What a reconcile does with the parent's finalizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum FinalizerExpectation {
+    /// Added before any child is applied.
+    Add,
+    /// Removed: the deletion completes.
+    Remove,
+    /// Left as it is.
+    Unchanged,
 }

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod custom;
+pub mod exposition;
 pub mod fleet;
 pub mod mount;
 pub mod webhook;

@@ -1,0 +1,99 @@
+//! `/metrics` as Prometheus sees it: a valid exposition whose counters move with a reconcile, an
+//! error and a reload, and the shipped dashboard and alerts name only metrics it exports.
+
+mod support;
+
+use std::time::Duration;
+
+use support::exposition::Exposition;
+use support::mount::{Mount, files_under};
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+const RELOAD_FLAGS: &[&str] = &["--reload-debounce", "100ms", "--reload-interval", "30s"];
+
+#[test]
+fn the_metrics_endpoint_is_a_valid_exposition_whose_counters_move_with_a_reconcile_an_error_and_a_reload() {
+    install_crds();
+    let ns = Namespace::new("observability");
+    let rule_files = files_under(&root().join("rules"));
+    let mut rules = Mount::new(&rule_files);
+    let operator = Operator::start_with(rules.path(), &templates(), &ns.0, RELOAD_FLAGS);
+    // Families without a series yet are left out, but what is there must be valid.
+    Exposition::parse(&operator.get("/metrics").expect("a scrape"));
+
+    let success = || {
+        operator.metric(
+            "controller_runtime_reconcile_total",
+            &[("controller", "database"), ("result", "success")],
+        )
+    };
+    apply_yaml(&ns.0, &database("orders", 1, "  backup:\n    enabled: true\n"));
+    wait_until(WAIT, "a successful reconcile", || success() >= 1);
+    wait_until(WAIT, "the backup action counted", || {
+        operator.metric("ruleop_actions_total", &[("action", "backup"), ("result", "ok")]) >= 1
+    });
+    assert!(operator.metric("ruleop_reconciles_total", &[("rule", "database"), ("result", "ok")]) >= 1);
+    assert!(operator.metric("ruleop_api_writes_total", &[("kind", "StatefulSet")]) >= 1);
+    assert!(
+        operator.metric(
+            "ruleop_last_successful_reconcile_timestamp_seconds",
+            &[("rule", "database")]
+        ) > 1_700_000_000
+    );
+
+    // The API server refuses this secret name in the StatefulSet: an ApplyFailed error.
+    apply_yaml(&ns.0, &database("broken", 1, "  credentialsSecret: Not_A_Secret\n"));
+    wait_until(WAIT, "a failed reconcile counted by reason", || {
+        operator.metric(
+            "ruleop_reconcile_errors_total",
+            &[("rule", "database"), ("reason", "ApplyFailed")],
+        ) >= 1
+    });
+    assert!(
+        operator.metric(
+            "controller_runtime_reconcile_errors_total",
+            &[("controller", "database")]
+        ) >= 1
+    );
+    assert!(
+        operator.metric(
+            "controller_runtime_reconcile_total",
+            &[("controller", "database"), ("result", "error")]
+        ) >= 1
+    );
+
+    let reloads = || operator.metric("ruleop_rule_reloads_total", &[("result", "ok")]);
+    let loaded = reloads();
+    rules.swap(
+        &rule_files
+            .iter()
+            .map(|(p, c)| (p.clone(), c.replace("  resync: 10m\n", "  resync: 5m\n")))
+            .collect::<Vec<_>>(),
+    );
+    wait_until(WAIT, "the reload counted", || reloads() > loaded);
+
+    let after = Exposition::parse(&operator.get("/metrics").expect("a scrape"));
+    for (family, kind) in [
+        ("controller_runtime_reconcile", "counter"),
+        ("controller_runtime_reconcile_errors", "counter"),
+        ("controller_runtime_reconcile_time_seconds", "histogram"),
+        ("controller_runtime_active_workers", "gauge"),
+        ("ruleop_reconciles", "counter"),
+        ("ruleop_actions", "counter"),
+        ("ruleop_rule_reloads", "counter"),
+        ("ruleop_leader", "gauge"),
+    ] {
+        assert_eq!(after.types.get(family).map(String::as_str), Some(kind), "{family}");
+    }
+    let observed = after
+        .scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "controller_runtime_reconcile_time_seconds"
+                && s.labels.get("controller").is_some_and(|c| c == "database")
+        })
+        .expect("the reconcile duration histogram of rule database");
+    assert!(matches!(&observed.value, prometheus_parse::Value::Histogram(b) if b.len() > 2));
+}
