@@ -135,7 +135,8 @@ fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+        // kube's `reconciling object` span is kept: it carries each reconcile's trigger.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,kube_runtime::controller=info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -56,9 +56,10 @@ fn text(bytes: &[u8]) -> String {
 /// A copy of the shipped templates with `edit` applied to `file`.
 fn edited_templates(file: &str, edit: impl Fn(&str) -> String) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    for sub in ["database", "cache"] {
-        std::fs::create_dir_all(dir.path().join(sub)).expect("mkdir");
-        for entry in std::fs::read_dir(templates().join(sub)).expect("templates").flatten() {
+    for sub in std::fs::read_dir(templates()).expect("templates").flatten() {
+        let sub = sub.file_name().to_string_lossy().into_owned();
+        std::fs::create_dir_all(dir.path().join(&sub)).expect("mkdir");
+        for entry in std::fs::read_dir(templates().join(&sub)).expect("templates").flatten() {
             let name = format!("{sub}/{}", entry.file_name().to_string_lossy());
             let source = std::fs::read_to_string(entry.path()).expect("read");
             let source = if name == file { edit(&source) } else { source };

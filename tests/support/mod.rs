@@ -323,7 +323,7 @@ impl Operator {
             .args(["--namespace", namespace, "--admin-addr", &admin])
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,ruleop=debug,kube=warn")
+            .env("RUST_LOG", "info,ruleop=debug,kube=warn,kube_runtime::controller=info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
