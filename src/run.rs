@@ -138,8 +138,6 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         warn!(error = %e, "cannot check that the {STATUS_CONFIGMAP} ConfigMap is writable");
     }
     let admin = Arc::new(AdminState::default());
-    // Without leader election every replica leads (the leader-missing alert reads this).
-    admin.metrics.set_leader(true);
     Health::spawn_heartbeat(admin.health.clone());
     let bound = admin::serve(settings.admin_addr, admin.clone())
         .await
