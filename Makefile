@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test bench check schema control-plane deploy-config rbac fuzz
+.PHONY: demo test bench check schema control-plane deploy-config rbac image fuzz
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -19,11 +19,14 @@ bench:           ## convergence benchmark vs a floor and a kopf peer (BENCH_N=10
 control-plane:   ## build the control plane binary only
 	tests/apiserver/ctl.sh build
 
-deploy-config:   ## copy rules/ and templates/ into deploy/config (then: kubectl apply -k deploy/)
+deploy-config:   ## generate deploy/config (ConfigMaps, volumes) from rules/ and templates/ (then: kubectl apply -k deploy/)
 	scripts/sync-deploy-config.sh
 
 rbac:            ## regenerate deploy/rbac/clusterrole.yaml from the rules
 	cargo run --quiet -- rbac > deploy/rbac/clusterrole.yaml
+
+image:           ## container image without a daemon: static binary -> target/ruleop-image.tar (OCI archive)
+	scripts/image.sh
 
 fuzz:            ## cargo-fuzz every target for FUZZ_SECONDS (default 60) each; see fuzz/README.md
 	scripts/fuzz.sh

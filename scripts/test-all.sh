@@ -18,6 +18,9 @@ cargo clippy --all-targets --locked -- -D warnings
 step "rule tests (ruleop test tests/ruletests)"
 cargo run --quiet --locked -- test tests/ruletests
 
+step "container image (make image)"
+scripts/image.sh
+
 step "control plane build"
 "$ctl" build
 

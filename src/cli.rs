@@ -56,6 +56,8 @@ pub enum Command {
         /// errors of a rejected edit (default: POD_NAMESPACE, else --namespace, else default).
         #[arg(long, env = "RULEOP_STATUS_NAMESPACE")]
         status_namespace: Option<String>,
+        #[command(flatten)]
+        election: Box<crate::leader::ElectionArgs>,
     },
     /// Validate every rule and template; print each problem as file:line:col and exit 1 if any.
     Check {

@@ -17,7 +17,7 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::admin::AdminState;
 use crate::apply::children::with_desired_hash;
@@ -335,7 +335,27 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     })
 }
 
-async fn reconcile(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<Action, ReconcileError> {
+/// Runs one reconcile in a span of its own (`rule`, `namespace`, `parent`, `generation`), so every
+/// log line of the reconcile carries them. The span is made here, synchronously, because kube
+/// calls the reconciler inside its `reconciling object` span, whose `object.reason` is the
+/// trigger (object updated, related object updated, bulk reconcile requested, ... retry): that
+/// span becomes the parent and JSON logs list both.
+fn reconcile(
+    parent: Arc<DynamicObject>,
+    ctx: Arc<RuleContext>,
+) -> impl Future<Output = Result<Action, ReconcileError>> + Send {
+    let span = info_span!(
+        "reconcile",
+        rule = %ctx.rule_name,
+        namespace = %parent.namespace().unwrap_or_default(),
+        // Not `name`: JSON logs use that key for the span's own name.
+        parent = %parent.name_any(),
+        generation = parent.meta().generation.unwrap_or_default(),
+    );
+    reconcile_in_span(parent, ctx).instrument(span)
+}
+
+async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<Action, ReconcileError> {
     let (set, kinds) = ctx.shared.snapshot();
     let Some(rule) = set.rule(&ctx.rule_name) else {
         return Ok(Action::await_change());
@@ -639,7 +659,8 @@ async fn report_failure(
     now: &str,
 ) {
     let message = bounded(message, MESSAGE_LIMIT);
-    warn!(parent = %handle.name, reason, message = %message, "reconcile failed");
+    // Not `message`: JSON logs would put it under the same key as the log line's own message.
+    warn!(parent = %handle.name, reason, error = %message, "reconcile failed");
     let Some(patch) = plan::failure_status_patch(parent, reason, &message, now) else {
         return;
     };

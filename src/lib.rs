@@ -23,6 +23,7 @@ pub mod fuzzing;
 pub mod health;
 pub mod housekeeping;
 pub mod kinds;
+pub mod leader;
 pub mod lookup_index;
 pub mod metrics;
 pub mod offline;

@@ -47,6 +47,7 @@ fn main() -> ExitCode {
             reload_debounce,
             reload_interval,
             status_namespace,
+            election,
         } => {
             init_logging(log_format);
             let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("error: --{flag}: {e}"));
@@ -76,6 +77,24 @@ fn main() -> ExitCode {
                 "the state of the rules is reported in ConfigMap {status_namespace}/{} ({from})",
                 ruleop::run::STATUS_CONFIGMAP
             );
+            let election = match election.timing() {
+                Ok(timing) if election.leader_elect => Some(ruleop::leader::Election {
+                    namespace: election
+                        .lease_namespace
+                        .clone()
+                        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                        .or_else(|| namespace.clone())
+                        .unwrap_or_else(|| "default".to_owned()),
+                    name: election.lease_name.clone(),
+                    identity: ruleop::leader::identity(),
+                    timing,
+                }),
+                Ok(_) => None,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let settings = RunSettings {
                 sources,
                 namespace,
@@ -84,6 +103,7 @@ fn main() -> ExitCode {
                 reload_debounce,
                 reload_interval,
                 status_namespace,
+                election,
             };
             return match tokio::runtime::Runtime::new().map(|rt| rt.block_on(run(settings))) {
                 Ok(Ok(())) => ExitCode::SUCCESS,
@@ -115,7 +135,8 @@ fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+        // kube's `reconciling object` span is kept: it carries each reconcile's trigger.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,kube_runtime::controller=info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -17,6 +17,7 @@ use crate::cli::Sources;
 use crate::controller::{self, RunningController, Shared, child_kinds};
 use crate::health::Health;
 use crate::kinds::Kinds;
+use crate::leader::{self, Election, Elector, Fence, Leadership};
 use crate::rules::RuleSet;
 use crate::rules::load::load;
 use crate::rules::reload::{DirWatcher, fingerprint};
@@ -38,6 +39,8 @@ pub struct RunSettings {
     pub reload_interval: Duration,
     /// Namespace of the `ruleop-status` ConfigMap reporting the rules' state.
     pub status_namespace: String,
+    /// Leader election (`--leader-elect`): only the holder of the lease reconciles and writes.
+    pub election: Option<Election>,
 }
 
 /// The running controllers, kept in step with the current rule set.
@@ -110,7 +113,12 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let loaded_fingerprint = fingerprint(&settings.sources.rules, &settings.sources.templates);
     let mut set = load(&settings.sources.rules, &settings.sources.templates)
         .map_err(|d| anyhow::anyhow!("the rules are invalid:\n{d}"))?;
-    let client = Client::try_default()
+    let fence = if settings.election.is_some() {
+        Fence::closed()
+    } else {
+        Fence::open()
+    };
+    let (client, lease_client) = leader::clients(fence.clone())
         .await
         .context("connecting to the Kubernetes API")?;
     let mut kinds = Kinds::default();
@@ -135,6 +143,32 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         .await
         .context("binding the admin address")?;
     info!(%bound, "admin endpoints listening (/metrics, /healthz, /readyz)");
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let mut leadership = None;
+    // Without leader election this replica is the only writer.
+    admin.metrics.set_leader(settings.election.is_none());
+    if let Some(election) = &settings.election {
+        // A standby is ready: it serves nothing, but must not fail its probes while it waits.
+        admin.health.set_started(true);
+        admin.metrics.set_leader(false);
+        let elector = Elector::new(
+            lease_client,
+            &election.namespace,
+            &election.name,
+            &election.identity,
+            election.timing,
+        );
+        let gauge = admin.clone();
+        let on_change = move |leading: bool| gauge.metrics.set_leader(leading);
+        tokio::select! {
+            held = leader::acquire(elector, fence.clone(), on_change) => leadership = Some(held),
+            () = &mut shutdown => {
+                info!("shutting down while standing by");
+                return Ok(());
+            }
+        }
+    }
     let reporter = Reporter {
         controller: "ruleop".to_owned(),
         instance: std::env::var("POD_NAME").ok(),
@@ -169,12 +203,17 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     if let Some(e) = watch_error {
         warn!(error = %e, "cannot watch the rule directories; re-reading every --reload-interval only");
     }
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
+    // A standby may have waited long: pick up what changed on disk meanwhile.
+    reloader.reload().await;
+    let mut lost = false;
     loop {
         let retry_at = reloader.retry.map(|(at, _)| at);
         tokio::select! {
             () = &mut shutdown => break,
+            () = lease_lost(&mut leadership) => {
+                lost = true;
+                break;
+            }
             () = watcher.changed(settings.reload_debounce, settings.reload_interval) => reloader.reload().await,
             () = sleep_until(retry_at) => reloader.reload().await,
         }
@@ -182,7 +221,22 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     info!("shutting down: letting in-flight reconciles finish");
     admin.health.set_started(false);
     reloader.supervisor.shutdown().await;
+    if lost {
+        // Exiting makes the replica a fresh standby after its restart, with empty caches.
+        anyhow::bail!("lost the lease; stopped writing and exiting");
+    }
+    if let Some(leadership) = leadership {
+        leadership.release().await;
+    }
     Ok(())
+}
+
+/// Resolves when a held lease is lost; never without leader election.
+async fn lease_lost(leadership: &mut Option<Leadership>) {
+    match leadership {
+        Some(leadership) => leadership.lost().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn rule_names(set: &RuleSet) -> String {

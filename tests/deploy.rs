@@ -7,7 +7,7 @@ mod support;
 use std::process::Command;
 
 use serde_json::Value;
-use support::mount::{Mount, files_under};
+use support::mount::files_under;
 use support::*;
 
 const SA: &str = "--as=system:serviceaccount:ruleop-system:ruleop";
@@ -38,8 +38,11 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         "deployment/ruleop",
         "serviceaccount/ruleop",
         "configmap/ruleop-rules",
-        "configmap/ruleop-templates",
+        "configmap/ruleop-templates-database",
+        "configmap/ruleop-templates-cache",
         "role/ruleop-status",
+        "role/ruleop-leader-election",
+        "poddisruptionbudget/ruleop",
     ] {
         assert!(exists("ruleop-system", object), "{object} missing");
     }
@@ -64,6 +67,9 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["get", "configmaps", "-n=platform"],
         ["create", "events.events.k8s.io", "-n=shop"],
         ["patch", "configmaps", "-n=ruleop-system"],
+        ["get", "leases.coordination.k8s.io", "-n=ruleop-system"],
+        ["create", "leases.coordination.k8s.io", "-n=ruleop-system"],
+        ["update", "leases.coordination.k8s.io", "-n=ruleop-system"],
     ] {
         assert!(can_i(&granted), "should be allowed: {granted:?}");
     }
@@ -75,6 +81,8 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["patch", "configmaps", "-n=shop"],
         ["list", "pods", "--all-namespaces"],
         ["update", "databases.myorg.io", "-n=shop"],
+        ["update", "leases.coordination.k8s.io", "-n=shop"],
+        ["delete", "leases.coordination.k8s.io", "-n=ruleop-system"],
         ["update", "tenants.myorg.io", "-n=platform"],
         ["delete", "tenants.myorg.io", "-n=platform"],
         [
@@ -93,35 +101,38 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
     }
 }
 
-/// Projects a ConfigMap into a mount as the kubelet would, using the volume's `items` if any.
-fn project(configmap: &str, items: Option<&Vec<Value>>) -> Mount {
-    let cm: Value = serde_json::from_str(&kubectl_ok(&[
-        "get",
-        "configmap",
-        configmap,
-        "-n",
-        "ruleop-system",
-        "-o",
-        "json",
-    ]))
-    .expect("json");
-    let data = cm["data"].as_object().expect("data");
-    let files: Vec<(String, String)> = match items {
-        Some(items) => items
-            .iter()
-            .map(|i| {
-                (
-                    i["path"].as_str().expect("path").to_owned(),
-                    data[i["key"].as_str().expect("key")].as_str().expect("text").to_owned(),
-                )
-            })
-            .collect(),
-        None => data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_str().expect("text").to_owned()))
-            .collect(),
-    };
-    Mount::new(&files)
+/// Writes what the kubelet would mount for the Deployment's container: each ConfigMap volume's
+/// keys as files under its mountPath, below `root`.
+fn project_mounts(deployment: &Value, root: &std::path::Path) {
+    let spec = &deployment["spec"]["template"]["spec"];
+    let volumes = spec["volumes"].as_array().expect("volumes");
+    for mount in spec["containers"][0]["volumeMounts"].as_array().expect("volumeMounts") {
+        assert!(
+            mount.get("subPath").is_none(),
+            "a subPath mount never sees updates: {mount}"
+        );
+        let volume = volumes.iter().find(|v| v["name"] == mount["name"]).expect("volume");
+        assert!(
+            volume["configMap"]["items"].is_null(),
+            "each template is listed once: {volume}"
+        );
+        let name = volume["configMap"]["name"].as_str().expect("configMap");
+        let cm: Value = serde_json::from_str(&kubectl_ok(&[
+            "get",
+            "configmap",
+            name,
+            "-n",
+            "ruleop-system",
+            "-o",
+            "json",
+        ]))
+        .expect("json");
+        let dir = root.join(mount["mountPath"].as_str().expect("mountPath").trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).expect("mount dir");
+        for (key, text) in cm["data"].as_object().expect("data") {
+            std::fs::write(dir.join(key), text.as_str().expect("text")).expect("write");
+        }
+    }
 }
 
 #[test]
@@ -138,31 +149,38 @@ fn the_mounted_configmaps_are_a_valid_rule_set() {
         "json",
     ]))
     .expect("json");
-    let volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
         .as_array()
-        .expect("volumes");
-    let volume = |name: &str| volumes.iter().find(|v| v["name"] == name).expect("volume");
-    let rules = project(
-        volume("rules")["configMap"]["name"].as_str().expect("name"),
-        volume("rules")["configMap"]["items"].as_array(),
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--leader-elect"), "{args:?}");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        container["image"], "ruleop:0.1.0",
+        "the kustomize images entry names the image"
     );
-    let templates = project(
-        volume("templates")["configMap"]["name"].as_str().expect("name"),
-        volume("templates")["configMap"]["items"].as_array(),
+    let mounted = tempfile::tempdir().expect("tempdir");
+    project_mounts(&deployment, mounted.path());
+    let (rules, templates) = (
+        mounted.path().join("etc/ruleop/rules"),
+        mounted.path().join("etc/ruleop/templates"),
     );
     let out = ruleop(&[
         "check",
         "--rules",
-        &rules.path().display().to_string(),
+        &rules.display().to_string(),
         "--templates",
-        &templates.path().display().to_string(),
+        &templates.display().to_string(),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(
-        files_under(templates.path()).len(),
-        files_under(&root().join("templates")).len(),
-        "every template is mounted"
-    );
+    let mut mounted_templates = files_under(&templates);
+    let mut shipped = files_under(&root().join("templates"));
+    mounted_templates.sort();
+    shipped.sort();
+    assert_eq!(mounted_templates, shipped, "every template is mounted at its path");
 }
 
 #[test]
@@ -174,16 +192,17 @@ fn generated_deploy_files_are_fresh() {
         committed,
         "stale: run `make rbac`"
     );
-    assert_eq!(
-        files_under(&root().join("deploy/config/rules")),
-        files_under(&root().join("rules")),
-        "stale: run `make deploy-config`"
-    );
-    assert_eq!(
-        files_under(&root().join("deploy/config/templates")),
-        files_under(&root().join("templates")),
-        "stale: run `make deploy-config`"
-    );
+    let generated = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(root().join("scripts/sync-deploy-config.sh"))
+        .arg(generated.path().join("config"))
+        .status()
+        .expect("sync-deploy-config.sh runs");
+    assert!(status.success(), "make deploy-config failed");
+    let mut fresh = files_under(&generated.path().join("config"));
+    let mut committed = files_under(&root().join("deploy/config"));
+    fresh.sort();
+    committed.sort();
+    assert_eq!(committed, fresh, "stale: run `make deploy-config`");
 }
 
 #[test]

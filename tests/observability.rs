@@ -97,3 +97,38 @@ fn the_metrics_endpoint_is_a_valid_exposition_whose_counters_move_with_a_reconci
         .expect("the reconcile duration histogram of rule database");
     assert!(matches!(&observed.value, prometheus_parse::Value::Histogram(b) if b.len() > 2));
 }
+
+#[test]
+fn a_failed_reconcile_logs_a_json_warning_carrying_the_reconcile_span_and_its_trigger() {
+    install_crds();
+    let ns = Namespace::new("observability-log");
+    let operator = Operator::start_with(&root().join("rules"), &templates(), &ns.0, &["--log-format", "json"]);
+    apply_yaml(&ns.0, &database("broken", 1, "  credentialsSecret: Not_A_Secret\n"));
+    let warning = || {
+        operator.log_text().lines().find_map(|line| {
+            let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+            (entry["level"] == "WARN" && entry["fields"]["message"] == "reconcile failed").then_some(entry)
+        })
+    };
+    wait_until(WAIT, "a reconcile failed warning", || warning().is_some());
+    let entry = warning().expect("the warning");
+    assert_eq!(entry["fields"]["reason"], "ApplyFailed", "{entry}");
+    assert!(
+        entry["fields"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Not_A_Secret")),
+        "{entry}"
+    );
+    let span = &entry["span"];
+    assert_eq!(span["name"], "reconcile", "{entry}");
+    assert_eq!(span["rule"], "database", "{entry}");
+    assert_eq!(span["namespace"], ns.0.as_str(), "{entry}");
+    assert_eq!(span["parent"], "broken", "{entry}");
+    assert_eq!(span["generation"], 1, "{entry}");
+    let spans = entry["spans"].as_array().expect("the span list");
+    let trigger = spans
+        .iter()
+        .find(|s| s["name"] == "reconciling object")
+        .expect("kube's span with the trigger");
+    assert!(trigger["object.reason"].is_string(), "{entry}");
+}

@@ -7,6 +7,7 @@
 
 pub mod custom;
 pub mod exposition;
+pub mod fleet;
 pub mod mount;
 pub mod webhook;
 
@@ -322,7 +323,7 @@ impl Operator {
             .args(["--namespace", namespace, "--admin-addr", &admin])
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,ruleop=debug,kube=warn")
+            .env("RUST_LOG", "info,ruleop=debug,kube=warn,kube_runtime::controller=info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -396,6 +397,11 @@ impl Operator {
         let (head, body) = response.split_once("\r\n\r\n")?;
         let code = head.split_whitespace().nth(1)?.parse().ok()?;
         Some((code, body.to_owned()))
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Whether the process is still running.
