@@ -88,8 +88,19 @@ fn an_invalid_edit_keeps_the_last_good_rules_and_a_later_valid_edit_is_taken() {
         status(&ns.0, "state") == "Loaded"
     });
 
+    // The parser stops two lines below the broken `watch: [`, at the first nested key.
+    let watch_line = std::fs::read_to_string(root().join("rules/database.yaml"))
+        .expect("shipped rule")
+        .lines()
+        .position(|line| line == "  watch:")
+        .expect("a watch line")
+        + 1;
+    let broken_yaml = format!(
+        "database.yaml:{}:9: error: while parsing a flow mapping",
+        watch_line + 2
+    );
     let cases: [(&str, &str); 3] = [
-        ("broken YAML", "database.yaml:10:9: error: while parsing a flow mapping"),
+        ("broken YAML", &broken_yaml),
         (
             "template syntax error",
             "database/service.yaml.j2:5:3: error: template syntax error",
@@ -117,11 +128,17 @@ fn an_invalid_edit_keeps_the_last_good_rules_and_a_later_valid_edit_is_taken() {
                 }));
             }
         }
-        wait_until(Duration::from_secs(10), &format!("the {what} to be rejected"), || {
-            status(&ns.0, "state") == "Rejected"
+        // The previous case left `Rejected` behind: wait for this case's own error.
+        let waited = std::panic::catch_unwind(|| {
+            wait_until(Duration::from_secs(10), &format!("the {what} to be rejected"), || {
+                status(&ns.0, "state") == "Rejected" && status(&ns.0, "errors").contains(expected)
+            })
         });
         let errors = status(&ns.0, "errors");
-        assert!(errors.contains(expected), "{what}: {errors}");
+        assert!(
+            waited.is_ok(),
+            "{what}: expected {expected:?}, ruleop-status says: {errors}"
+        );
         eprintln!("{what}: {}", errors.lines().next().unwrap_or_default());
         let name = format!("new{i}");
         apply_yaml(&ns.0, &database(&name, 1, ""));
