@@ -109,6 +109,8 @@ impl Supervisor {
 
 /// Runs the operator until SIGTERM or SIGINT.
 pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
+    // First of all: a SIGTERM during start-up then means a graceful stop once started.
+    let shutdown = shutdown_signal();
     // Taken before reading, so an edit racing the first load is reloaded, not missed.
     let loaded_fingerprint = fingerprint(&settings.sources.rules, &settings.sources.templates);
     let mut set = load(&settings.sources.rules, &settings.sources.templates)
@@ -143,7 +145,6 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         .await
         .context("binding the admin address")?;
     info!(%bound, "admin endpoints listening (/metrics, /healthz, /readyz)");
-    let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     let mut leadership = None;
     // Without leader election this replica is the only writer.
@@ -382,21 +383,29 @@ pub fn check_scopes(set: &mut RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+/// Resolves on SIGTERM or SIGINT. The handlers are installed here, when it is called, not when
+/// the future is first polled: until then a SIGTERM would kill the process without a graceful stop
+/// (start-up can take seconds before the main loop first polls it).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let terminate = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        let wait = |installed: std::io::Result<tokio::signal::unix::Signal>, name: &'static str| async move {
+            match installed {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(e) => {
+                    error!(error = %e, "cannot listen for {name}");
+                    std::future::pending::<()>().await;
+                }
             }
-            Err(e) => {
-                error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+        };
+        tokio::select! {
+            () = wait(terminate, "SIGTERM") => {},
+            () = wait(interrupt, "SIGINT") => {},
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = terminate => {},
     }
 }
 

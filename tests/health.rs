@@ -145,7 +145,6 @@ fn readiness_is_false_while_a_watched_kind_cannot_be_listed() {
 }
 
 #[test]
-#[ignore = "regressed when the integrated branches met (2026-11-30): ruleop logs no shutdown after SIGTERM here; see issue 15's note"]
 fn a_reconcile_waiting_for_a_cache_that_cannot_sync_does_not_block_shutdown() {
     install_crds();
     let ns = Namespace::new("health-stop");
