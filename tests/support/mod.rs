@@ -467,16 +467,19 @@ pub fn sum_metric(text: &str, name: &str, filter: &[(&str, &str)]) -> u64 {
 /// Write requests (POST, PUT, PATCH, and APPLY, the verb the API server counts server-side
 /// apply under) it has served for these resources, from its own `apiserver_request_total`.
 pub fn apiserver_writes(resources: &[&str]) -> u64 {
+    apiserver_writes_labelled(resources, &[])
+}
+
+/// The write requests of [`apiserver_writes`] whose series also carry every label in `extra`.
+fn apiserver_writes_labelled(resources: &[&str], extra: &[(&str, &str)]) -> u64 {
     let text = kubectl_ok(&["get", "--raw", "/metrics"]);
     ["POST", "PUT", "PATCH", "APPLY"]
         .iter()
         .flat_map(|verb| resources.iter().map(move |r| (*verb, *r)))
         .map(|(verb, resource)| {
-            sum_metric(
-                &text,
-                "apiserver_request_total",
-                &[("verb", verb), ("resource", resource)],
-            )
+            let mut labels = vec![("verb", verb), ("resource", resource)];
+            labels.extend_from_slice(extra);
+            sum_metric(&text, "apiserver_request_total", &labels)
         })
         .sum()
 }
@@ -512,18 +515,7 @@ pub fn service_account_kubeconfig(namespace: &str, name: &str) -> (tempfile::Tem
 /// Like [`apiserver_writes`], split by the API server's `dry_run` label: `""` counts the writes
 /// it persisted, `"All"` the dry runs it computed and threw away.
 pub fn apiserver_writes_dry_run(resources: &[&str], dry_run: &str) -> u64 {
-    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
-    ["POST", "PUT", "PATCH", "APPLY"]
-        .iter()
-        .flat_map(|verb| resources.iter().map(move |r| (*verb, *r)))
-        .map(|(verb, resource)| {
-            sum_metric(
-                &text,
-                "apiserver_request_total",
-                &[("verb", verb), ("resource", resource), ("dry_run", dry_run)],
-            )
-        })
-        .sum()
+    apiserver_writes_labelled(resources, &[("dry_run", dry_run)])
 }
 
 /// A rules directory: the shipped rules with `edit` applied to each file's text.
