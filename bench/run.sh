@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: builds what the convergence benchmark needs, runs the render benchmark
-# (cargo bench --bench plan) and then the convergence benchmark (benches/convergence.rs), which
+# (cargo bench --bench plan) and then the convergence benchmark (benches/convergence/), which
 # starts its own control plane in target/control-plane-bench and writes bench/results/.
 # Everything started here is stopped on exit, also on failure or Ctrl-C.
 #

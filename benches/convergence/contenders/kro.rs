@@ -48,8 +48,9 @@ impl Contender for Kro {
             "kro {KRO_VERSION} (`go install github.com/kubernetes-sigs/kro/cmd/controller@{KRO_VERSION}`) out of \
              cluster with [`bench/kro/database-rgd.yaml`](../kro/database-rgd.yaml): Service + StatefulSet, no \
              backup; kro's defaults except `--dynamic-controller-concurrent-reconciles` = \
-             `BENCH_FLOOR_CONCURRENCY` (ruleop's maxConcurrentReconciles; kro's default is 1); it watches \
-             all namespaces; done when `status.state` is ACTIVE"
+             `BENCH_FLOOR_CONCURRENCY` (ruleop's maxConcurrentReconciles; kro's default is 1) and \
+             `--zap-log-level=info` (as its Helm chart deploys it); it watches all namespaces; done when \
+             `status.state` is ACTIVE"
         )
     }
 
@@ -106,6 +107,8 @@ impl Contender for Kro {
         command
             .arg(format!("--metrics-bind-address={metrics}"))
             .arg(format!("--health-probe-bind-address={probe}"))
+            // The level its Helm chart deploys with (the binary's own default logs at debug).
+            .arg("--zap-log-level=info")
             .arg(format!(
                 "--dynamic-controller-concurrent-reconciles={}",
                 ctx.settings.floor_concurrency
@@ -115,7 +118,7 @@ impl Contender for Kro {
             ready: (probe, "/readyz", false),
             reconciles: Reconciles::Metric {
                 addr: metrics,
-                name: "dynamic_controller_reconcile_total",
+                name: "instance_reconcile_total",
                 labels: &[],
             },
         })
