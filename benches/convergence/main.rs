@@ -135,14 +135,16 @@ async fn bench(settings: &Settings, plane: &ControlPlane) -> Result<()> {
     // Warm-up (not recorded): the first server-side applies of a kind on a fresh API server are
     // slow (type converters are built), whoever sends them.
     eprintln!("== warm-up: floor with N=10 (not recorded)");
-    let warm = run_contender(&ctx, contenders::warm_up(), 10).await;
+    let warm = run_contender(&ctx, contenders::warm_up(), 10, false).await;
     if let Some(e) = warm.error {
         return Err(anyhow!(e)).context("warm-up");
     }
 
     let mut runs: Vec<RunResult> = Vec::new();
-    for &n in &settings.ns {
-        for &contender in &settings.contenders {
+    let rounds = settings.ns.len() * settings.contenders.len();
+    for (i, &n) in settings.ns.iter().enumerate() {
+        for (j, &contender) in settings.contenders.iter().enumerate() {
+            let last = i * settings.contenders.len() + j + 1 == rounds;
             eprintln!("== N={n}: {}", contender.name());
             if let Some((_, why)) = unprepared.iter().find(|(name, _)| *name == contender.name()) {
                 runs.push(phases::RunResult {
@@ -153,7 +155,7 @@ async fn bench(settings: &Settings, plane: &ControlPlane) -> Result<()> {
                 });
                 continue;
             }
-            let r = run_contender(&ctx, contender, n).await;
+            let r = run_contender(&ctx, contender, n, last).await;
             match &r.error {
                 None => eprintln!(
                     "   converged in {:.2}s (p50 {:.0} ms, p99 {:.0} ms), {} writes, {} CPU s",
