@@ -266,14 +266,14 @@ impl Report<'_> {
             }
             let _ = writeln!(md, "{line} {} |", row.target);
         }
-        let blanks = "|".repeat(names.len() + pairs.len() - 1);
+        let blanks = " |".repeat(names.len() + pairs.len() - 1);
         let reload = self
             .run(n, "ruleop")
             .and_then(|r| r.reload)
             .map_or("-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
         let _ = writeln!(
             md,
-            "| (5) reload: template edit to all N children updated (s, incl. 0.5 s debounce) | {reload} {blanks} < 2 + \
+            "| (5) reload: template edit to all N children updated (s, incl. 0.5 s debounce) | {reload} |{blanks} < 2 + \
              debounce at N=1000 |"
         );
         let plan = self
@@ -281,7 +281,7 @@ impl Report<'_> {
             .map_or("not run (BENCH_PLAN_LOG unset)".to_owned(), |p| format!("{p:.0}"));
         let _ = writeln!(
             md,
-            "| (6) render: plans/s (`cargo bench --bench plan`) | {plan} {blanks} |"
+            "| (6) render: plans/s (`cargo bench --bench plan`) | {plan} |{blanks} |"
         );
 
         let _ = writeln!(md, "\n### API writes by verb and resource, N = {n}\n");
@@ -448,7 +448,7 @@ impl Report<'_> {
         let peer = |x: Option<&RunResult>| {
             x.map_or("-".to_owned(), |x| {
                 format!(
-                    "{:.2} s, {:.1} writes/parent, steady {} , {} CPU s/1000, start-up {}",
+                    "{:.2} s, {:.1} writes/parent, steady {}, {} CPU s/1000, start-up {}",
                     x.converge.as_secs_f64(),
                     writes_per_parent(x),
                     fmt(mb(x.rss_steady_kb), 1, " MB"),

@@ -59,6 +59,18 @@ fn tick_step(max: f64, parts: f64) -> f64 {
         .unwrap_or(10.0 * magnitude)
 }
 
+/// 0, step, 2 step, ... up to `max` (multiplied, not summed: no drift).
+fn ticks(max: f64, step: f64) -> impl Iterator<Item = f64> {
+    let count = (max / step).round() as usize;
+    (0..=count).map(move |k| k as f64 * step)
+}
+
+/// A tick label with as many decimals as the step needs.
+fn label(value: f64, step: f64) -> String {
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    format!("{value:.decimals$}")
+}
+
 fn text(svg: &mut String, x: f64, y: f64, anchor: &str, size: u32, content: &str) {
     let _ = writeln!(
         svg,
@@ -110,25 +122,21 @@ fn lines(svg: &mut String, n: usize, runs: &[&RunResult]) {
         13,
         "parents converged over time",
     );
-    let mut tick = 0.0;
-    while tick <= x_max + x_step / 2.0 {
+    for tick in ticks(x_max, x_step) {
         let x = px(tick);
         let _ = writeln!(
             svg,
             r##"<line x1="{x:.1}" y1="{t}" x2="{x:.1}" y2="{b}" stroke="#eee"/>"##
         );
-        text(svg, x, b + 16.0, "middle", 11, &format!("{tick}"));
-        tick += x_step;
+        text(svg, x, b + 16.0, "middle", 11, &label(tick, x_step));
     }
-    let mut tick = 0.0;
-    while tick <= y_max + y_step / 2.0 {
+    for tick in ticks(y_max, y_step) {
         let y = py(tick);
         let _ = writeln!(
             svg,
             r##"<line x1="{l}" y1="{y:.1}" x2="{r}" y2="{y:.1}" stroke="#eee"/>"##
         );
-        text(svg, l - 6.0, y + 4.0, "end", 11, &format!("{tick}"));
-        tick += y_step;
+        text(svg, l - 6.0, y + 4.0, "end", 11, &label(tick, y_step));
     }
     let _ = writeln!(
         svg,
@@ -207,15 +215,13 @@ fn bars(svg: &mut String, runs: &[&RunResult]) {
         13,
         "API writes per parent (convergence)",
     );
-    let mut tick = 0.0;
-    while tick <= y_max + y_step / 2.0 {
+    for tick in ticks(y_max, y_step) {
         let y = py(tick);
         let _ = writeln!(
             svg,
             r##"<line x1="{l}" y1="{y:.1}" x2="{r}" y2="{y:.1}" stroke="#eee"/>"##
         );
-        text(svg, l - 6.0, y + 4.0, "end", 11, &format!("{tick}"));
-        tick += y_step;
+        text(svg, l - 6.0, y + 4.0, "end", 11, &label(tick, y_step));
     }
     let slot = (r - l) / runs.len().max(1) as f64;
     let width = (slot * 0.6).min(40.0);
