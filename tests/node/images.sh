@@ -160,6 +160,10 @@ if [ "$#" -eq 0 ] || [ "$1" = postgres ]; then
   PGDATA="${PGDATA:-/var/lib/postgresql/data}"
   if [ "$(id -u)" = 0 ]; then
     mkdir -p "$PGDATA"
+    # The volume is usually mounted at $PGDATA's parent (PGDATA=<mount>/pgdata), and a fresh
+    # one belongs to root (the hostPath provisioner makes it 0750).
+    parent="$(dirname "$PGDATA")"
+    [ "$parent" = / ] || chown postgres:postgres "$parent"
     chown -R postgres:postgres "$PGDATA"
     chmod 700 "$PGDATA"
     exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
