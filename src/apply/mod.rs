@@ -173,8 +173,10 @@ pub struct Cluster<'a> {
     pub client: &'a Client,
     /// Resolved kinds.
     pub kinds: &'a Kinds,
-    /// Publishes Events.
+    /// Publishes the drift-fight Warning (kube's recorder).
     pub recorder: &'a Recorder,
+    /// Publishes every other Event, folding repeats into series.
+    pub events: &'a std::sync::Arc<events::EventLog>,
     /// Counters.
     pub admin: &'a AdminState,
     /// Parents as our own status writes left them.
