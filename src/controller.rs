@@ -44,6 +44,8 @@ use crate::watch::UndecodableReporter;
 pub const DEFAULT_CONCURRENCY: u16 = 5;
 /// Longest a reconcile waits for its rule's caches to sync before it is retried later.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
+/// Longest a reconcile waits for the child caches to show our own last writes.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 /// Longest wait between retries of a failing parent.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -435,15 +437,7 @@ async fn reconcile_parent(
         // The finalizer is removed on what this says: read it fresh, not from a lagging cache.
         cleanup::list_owned(&cluster, &deletion_kinds(rule), &uid).await?
     } else {
-        ctx.children
-            .iter()
-            .flat_map(|(resource, index)| {
-                index.children_of(&uid).into_iter().map(move |mut child| {
-                    set_type(&mut child, resource);
-                    child
-                })
-            })
-            .collect()
+        cached_children(ctx, &uid).await
     };
     let handle = ParentHandle {
         api: Api::namespaced_with(ctx.shared.client.clone(), namespace, &ctx.parent_kind.resource),
@@ -489,6 +483,30 @@ async fn reconcile_parent(
             report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
             Err(e.into())
         }
+    }
+}
+
+/// The parent's children from the caches, once they show this process's own last writes to
+/// them: a reconcile right after ours (triggered by our own status or finalizer write) would
+/// otherwise apply a child again that it does not see yet. The watch is usually milliseconds
+/// behind; the wait is bounded (a child deleted by someone else meanwhile never shows).
+async fn cached_children(ctx: &RuleContext, uid: &str) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + CATCH_UP_WAIT;
+    loop {
+        let cached: Vec<Value> = ctx
+            .children
+            .iter()
+            .flat_map(|(resource, index)| {
+                index.children_of(uid).into_iter().map(move |mut child| {
+                    set_type(&mut child, resource);
+                    child
+                })
+            })
+            .collect();
+        if !ctx.written.children_unseen(uid, &cached) || tokio::time::Instant::now() >= deadline {
+            return cached;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -562,6 +580,9 @@ async fn apply_plan_steps(
     }
     for target in &plan.prune {
         delete(cluster, target).await?;
+        if let Some(uid) = &handle.reference.uid {
+            cluster.written.record_child(uid, target, None);
+        }
         summary.deleted(target);
     }
     debug!(parent = %handle.name, "children applied");

@@ -611,8 +611,8 @@ pub fn database(name: &str, replicas: u32, extra_spec: &str) -> String {
 }
 
 /// Write requests (POST, PUT, PATCH, APPLY) the API server has served for `resources`, from its
-/// own `apiserver_request_total`, by `"VERB resource[/subresource]"` with the response code
-/// appended when it is not a success (`"POST jobs 409"`), dry runs left out. Two readings
+/// own `apiserver_request_total`, by `"VERB resource[.group][/subresource]"` with the response
+/// code appended when it is not a success (`"POST jobs.batch 409"`), dry runs left out. Two readings
 /// subtracted with [`count_difference`] give one scenario's writes, verb by verb.
 pub fn apiserver_write_counts(resources: &[&str]) -> std::collections::BTreeMap<String, u64> {
     let text = kubectl_ok(&["get", "--raw", "/metrics"]);
@@ -628,6 +628,9 @@ pub fn apiserver_write_counts(resources: &[&str]) -> std::collections::BTreeMap<
             continue;
         }
         let mut key = format!("{verb} {resource}");
+        if !label("group").is_empty() {
+            key = format!("{key}.{}", label("group"));
+        }
         if !label("subresource").is_empty() {
             key = format!("{key}/{}", label("subresource"));
         }
