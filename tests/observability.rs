@@ -101,10 +101,12 @@ fn the_metrics_endpoint_is_a_valid_exposition_whose_counters_move_with_a_reconci
     ] {
         assert_eq!(after.types.get(family).map(String::as_str), Some(kind), "{family}");
     }
-    let cached = |kind: &str| {
-        operator.metric("ruleop_cached_objects", &[("rule", "database"), ("kind", kind)])
-    };
-    assert_eq!((cached("Database"), cached("Service")), (2, 2), "both parents and their Services");
+    let cached = |kind: &str| operator.metric("ruleop_cached_objects", &[("rule", "database"), ("kind", kind)]);
+    assert_eq!(
+        (cached("Database"), cached("Service")),
+        (2, 2),
+        "both parents and their Services"
+    );
     assert!(
         after
             .scrape
@@ -222,7 +224,10 @@ fn a_failed_reconcile_logs_a_json_warning_carrying_the_reconcile_span_and_its_tr
     assert_eq!(span["namespace"], ns.0.as_str(), "{entry}");
     assert_eq!(span["parent"], "broken", "{entry}");
     assert_eq!(span["generation"], 1, "{entry}");
-    assert_eq!(span["trigger"], "parent_event", "the first reconcile follows the creation: {entry}");
+    assert_eq!(
+        span["trigger"], "parent_event",
+        "the first reconcile follows the creation: {entry}"
+    );
     let spans = entry["spans"].as_array().expect("the span list");
     let trigger = spans
         .iter()
