@@ -3,32 +3,13 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use support::fleet::jobs_per_parent;
 use support::webhook::Webhook;
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Backup Jobs per parent name, from their `app` label.
-fn jobs_per_parent(ns: &str) -> BTreeMap<String, usize> {
-    let out = kubectl_ok(&[
-        "get",
-        "jobs",
-        "-n",
-        ns,
-        "-l",
-        "ruleop.io/action",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.labels.app}{\"\\n\"}{end}",
-    ]);
-    let mut counts = BTreeMap::new();
-    for app in out.lines().filter(|l| !l.is_empty()) {
-        *counts.entry(app.to_owned()).or_insert(0) += 1;
-    }
-    counts
-}
 
 /// The shipped rules plus a webhook action `notify` (once per generation) to `url`.
 fn rules_with_webhook(url: &str) -> tempfile::TempDir {

@@ -148,6 +148,15 @@ pub fn jobs_per_parent_and_action(ns: &str) -> BTreeMap<(String, String), usize>
     counts
 }
 
+/// Action Jobs in `ns` per parent, from their `app` label.
+pub fn jobs_per_parent(ns: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for ((app, _), jobs) in jobs_per_parent_and_action(ns) {
+        *counts.entry(app).or_insert(0) += jobs;
+    }
+    counts
+}
+
 /// Every Database in `ns` as JSON.
 pub fn databases(ns: &str) -> Vec<Value> {
     let list: Value =
