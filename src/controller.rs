@@ -44,6 +44,8 @@ use crate::watch::UndecodableReporter;
 pub const DEFAULT_CONCURRENCY: u16 = 5;
 /// Longest a reconcile waits for its rule's caches to sync before it is retried later.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
+/// Longest a reconcile waits for the child caches to show our own last writes.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 /// Longest wait between retries of a failing parent.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -150,6 +152,8 @@ struct RuleContext {
     written: Arc<WrittenParents>,
     /// Drift-repair budgets per parent.
     drift: Arc<DriftLimiter>,
+    /// Events published recently, so a repeat becomes a series.
+    events: Arc<events::EventLog>,
     /// Caches of looked-up kinds and who read what.
     lookups: RuleLookups,
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
@@ -304,6 +308,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let (stop, stop_rx) = oneshot::channel::<()>();
     let concurrency = rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
     let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
+    let events = Arc::new(events::EventLog::new(shared.client.clone()));
     let context = Arc::new(RuleContext {
         children_synced,
         shared,
@@ -313,6 +318,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         failures: memory.failures,
         written: memory.written,
         drift: memory.drift,
+        events,
         lookups,
     });
     let name = rule.name.clone();
@@ -445,20 +451,13 @@ async fn reconcile_parent(
         admin: &ctx.shared.admin,
         written: &ctx.written,
         drift: &ctx.drift,
+        events: &ctx.events,
     };
     let observed: Vec<Value> = if parent.meta().deletion_timestamp.is_some() {
         // The finalizer is removed on what this says: read it fresh, not from a lagging cache.
         cleanup::list_owned(&cluster, &deletion_kinds(rule), &uid).await?
     } else {
-        ctx.children
-            .iter()
-            .flat_map(|(resource, index)| {
-                index.children_of(&uid).into_iter().map(move |mut child| {
-                    set_type(&mut child, resource);
-                    child
-                })
-            })
-            .collect()
+        cached_children(ctx, &uid).await
     };
     let handle = ParentHandle {
         api: Api::namespaced_with(writer.client.clone(), namespace, &ctx.parent_kind.resource),
@@ -507,6 +506,30 @@ async fn reconcile_parent(
     }
 }
 
+/// The parent's children from the caches, once they show this process's own last writes to
+/// them: a reconcile right after ours (triggered by our own status or finalizer write) would
+/// otherwise apply a child again that it does not see yet. The watch is usually milliseconds
+/// behind; the wait is bounded (a child deleted by someone else meanwhile never shows).
+async fn cached_children(ctx: &RuleContext, uid: &str) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + CATCH_UP_WAIT;
+    loop {
+        let cached: Vec<Value> = ctx
+            .children
+            .iter()
+            .flat_map(|(resource, index)| {
+                index.children_of(uid).into_iter().map(move |mut child| {
+                    set_type(&mut child, resource);
+                    child
+                })
+            })
+            .collect();
+        if !ctx.written.children_unseen(uid, &cached) || tokio::time::Instant::now() >= deadline {
+            return cached;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Applies a plan: children, prune, actions, then status. Returns whether an action ran (its
 /// status writes supersede the plan's status patch, which the next reconcile recomputes).
 async fn apply_plan(
@@ -542,35 +565,45 @@ async fn apply_plan(
         },
     ))
     .await;
+    // One Event for the whole reconcile, sent whether or not a later step fails (what was
+    // done stays done), after the writes it reports.
+    let mut summary = events::Summary::default();
+    let result = apply_plan_steps(cluster, handle, rule, plan, &mut parent, applied, now, &mut summary).await;
+    summary.publish(cluster, handle);
+    result
+}
+
+/// [`apply_plan`] after the children's applies, noting every change in `summary`.
+#[allow(clippy::too_many_arguments)]
+async fn apply_plan_steps(
+    cluster: &Cluster<'_>,
+    handle: &ParentHandle,
+    rule: &Rule,
+    plan: Plan,
+    parent: &mut Value,
+    applied: Vec<Result<ChildOutcome, ApplyError>>,
+    now: &str,
+    summary: &mut events::Summary,
+) -> Result<bool, ApplyError> {
     let mut child_error = None;
     for (child, result) in plan.children.iter().zip(applied) {
-        let reason = match result {
-            Ok(ChildOutcome::Unchanged) => continue,
-            Ok(ChildOutcome::Created) => "ChildCreated",
-            Ok(ChildOutcome::Updated) => "ChildUpdated",
-            Ok(ChildOutcome::Recreated) => "ChildRecreated",
+        match result {
+            Ok(outcome) => summary.child(&child.target, &outcome),
+            // Other children still converge; the first failure is reported after them.
             Err(e) => {
-                // Other children still converge; the first failure is reported after them.
                 child_error.get_or_insert(e);
-                continue;
             }
-        };
-        let note = format!("{} ({})", child.target, child.id);
-        events::publish(cluster, handle, Some(&child.target), EventType::Normal, reason, note);
+        }
     }
     if let Some(e) = child_error {
         return Err(e);
     }
     for target in &plan.prune {
         delete(cluster, target).await?;
-        events::publish(
-            cluster,
-            handle,
-            Some(target),
-            EventType::Normal,
-            "ChildPruned",
-            format!("{target} is no longer desired"),
-        );
+        if let Some(uid) = &handle.reference.uid {
+            cluster.written.record_child(uid, target, None);
+        }
+        summary.deleted(target);
     }
     debug!(parent = %handle.name, "children applied");
     let runs: Vec<_> = plan
@@ -583,23 +616,17 @@ async fn apply_plan(
     for (i, (decision, spec)) in runs.iter().enumerate() {
         debug!(parent = %handle.name, action = %decision.id, reason = %decision.reason, "running action");
         let finish = (i + 1 == runs.len() && first_error.is_none()).then_some(&plan.status);
-        let result = actions::run(cluster, handle, &mut parent, spec, decision, finish, now).await;
+        let result = actions::run(cluster, handle, parent, spec, decision, finish, now).await;
         cluster
             .admin
             .metrics
             .action_ran(&rule.name, &decision.id, result.is_ok());
         match result {
-            Ok(()) => {
-                let note = events::action_run_note(decision);
-                let key = decision.key.as_deref().unwrap_or_default();
-                events::publish_once(cluster, handle, EventType::Normal, "ActionRan", note, key);
-            }
+            Ok(()) => summary.ran(decision),
             Err(e) => {
                 if !matches!(e, ApplyError::Conflict(_)) {
-                    // One Event per run and distinct error, so its note is about this run.
-                    let (message, key) = (e.to_string(), decision.key.as_deref().unwrap_or_default());
-                    let identity = format!("{key}\n{message}");
-                    events::publish_once(cluster, handle, EventType::Warning, e.reason(), message, &identity);
+                    // A Warning of its own; the same error again joins its series.
+                    events::publish(cluster, handle, None, EventType::Warning, e.reason(), e.to_string());
                 }
                 first_error.get_or_insert(e);
             }
@@ -628,7 +655,7 @@ async fn apply_plan(
     }
     // Last: every cleanup delete above succeeded and no action is outstanding.
     if plan.finalizer == FinalizerStep::Remove && runs.is_empty() {
-        cleanup::set_finalizer(cluster, handle, &mut parent, FinalizerStep::Remove).await?;
+        cleanup::set_finalizer(cluster, handle, parent, FinalizerStep::Remove).await?;
         debug!(parent = %handle.name, "finalizer removed; the deletion completes");
     }
     Ok(!runs.is_empty())
