@@ -72,6 +72,11 @@ struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardLabels {
+    shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: String,
 }
@@ -158,6 +163,9 @@ pub struct Metrics {
     /// The running controllers by rule, sampled at each scrape; a controller that stopped
     /// (dropped) takes its series with it.
     sampled: Mutex<Vec<(String, Weak<dyn Sampled>)>>,
+    shards_held: Gauge,
+    shard_leader: Family<ShardLabels, Gauge>,
+    shard_reconciles: Family<ShardLabels, Counter>,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -270,6 +278,24 @@ impl Default for Metrics {
             "Reconciles started per rule and trigger: parent_event, child_event, lookup_event, reload, resync, retry, requeue",
             triggers.clone(),
         );
+        let shards_held = Gauge::default();
+        registry.register(
+            "ruleop_shards_held",
+            "Shards whose lease this replica holds (with --shards; the sum over replicas should be the shard count)",
+            shards_held.clone(),
+        );
+        let shard_leader = Family::default();
+        registry.register(
+            "ruleop_shard_leader",
+            "1 while this replica holds the shard's lease, else 0 (with --shards)",
+            shard_leader.clone(),
+        );
+        let shard_reconciles = Family::default();
+        registry.register(
+            "ruleop_shard_reconciles",
+            "Reconciles this replica ran per shard of the parent (with --shards)",
+            shard_reconciles.clone(),
+        );
         Metrics {
             queue_depth,
             cached_objects,
@@ -290,6 +316,9 @@ impl Default for Metrics {
             drift_deferred,
             parents_remembered,
             leader,
+            shards_held,
+            shard_leader,
+            shard_reconciles,
         }
     }
 }
@@ -418,6 +447,27 @@ impl Metrics {
             .get_or_create(&RuleTrigger {
                 rule: rule.to_owned(),
                 trigger: trigger.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Sets which shards this replica holds, of `shards`.
+    pub fn set_shards(&self, shards: u32, held: &std::collections::BTreeSet<u32>) {
+        self.shards_held.set(i64::try_from(held.len()).unwrap_or(i64::MAX));
+        for shard in 0..shards {
+            self.shard_leader
+                .get_or_create(&ShardLabels {
+                    shard: shard.to_string(),
+                })
+                .set(i64::from(held.contains(&shard)));
+        }
+    }
+
+    /// Counts one reconcile of a parent of `shard`.
+    pub fn shard_reconciled(&self, shard: u32) {
+        self.shard_reconciles
+            .get_or_create(&ShardLabels {
+                shard: shard.to_string(),
             })
             .inc();
     }
