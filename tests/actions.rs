@@ -11,22 +11,6 @@ use support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The shipped rules plus a webhook action `notify` (once per generation) to `url`.
-fn rules_with_webhook(url: &str) -> tempfile::TempDir {
-    let url = url.to_owned();
-    rules_dir(move |text| {
-        if !text.contains("name: database") {
-            return text.to_owned();
-        }
-        text.replace(
-            "  actions:\n",
-            &format!(
-                "  actions:\n    - id: notify\n      guard: {{generation: true}}\n      http:\n        url: {url}\n        body: '{{\"db\": {{{{ metadata.name | tojson }}}}, \"generation\": {{{{ metadata.generation }}}}}}'\n      record: {{condition: Notified}}\n"
-            ),
-        )
-    })
-}
-
 fn backup(name: &str) -> String {
     database(name, 1, "  backup:\n    enabled: true\n")
 }

@@ -299,6 +299,14 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// The ruleop binary tests run: `RULEOP_BIN` when set (a release build, for measurements),
+/// else the one cargo built for this test binary.
+pub fn binary() -> PathBuf {
+    std::env::var_os("RULEOP_BIN")
+        .filter(|bin| !bin.is_empty())
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ruleop")), PathBuf::from)
+}
+
 /// A `ruleop run` child process, stopped with SIGTERM when dropped.
 pub struct Operator {
     child: Child,
@@ -331,7 +339,7 @@ impl Operator {
         let admin = format!("127.0.0.1:{}", free_port());
         let log = std::env::temp_dir().join(format!("ruleop-{namespace}-{}.log", free_port()));
         let log_file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        let child = Command::new(binary())
             .arg("run")
             .args([
                 "--rules",
@@ -547,6 +555,22 @@ pub fn rules_dir(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
     dir
 }
 
+/// The shipped rules plus a webhook action `notify` (once per generation) to `url`.
+pub fn rules_with_webhook(url: &str) -> tempfile::TempDir {
+    let url = url.to_owned();
+    rules_dir(move |text| {
+        if !text.contains("name: database") {
+            return text.to_owned();
+        }
+        text.replace(
+            "  actions:\n",
+            &format!(
+                "  actions:\n    - id: notify\n      guard: {{generation: true}}\n      http:\n        url: {url}\n        body: '{{\"db\": {{{{ metadata.name | tojson }}}}, \"generation\": {{{{ metadata.generation }}}}}}'\n      record: {{condition: Notified}}\n"
+            ),
+        )
+    })
+}
+
 /// A templates directory: the shipped templates plus `extra` (relative path, text).
 pub fn templates_with(extra: &[(&str, &str)]) -> tempfile::TempDir {
     fn copy(from: &Path, to: &Path) {
@@ -611,4 +635,52 @@ pub fn database(name: &str, replicas: u32, extra_spec: &str) -> String {
     format!(
         "apiVersion: myorg.io/v1\nkind: Database\nmetadata:\n  name: {name}\nspec:\n  version: \"16\"\n  replicas: {replicas}\n  storage:\n    size: 1Gi\n{extra_spec}"
     )
+}
+
+/// Write requests (POST, PUT, PATCH, APPLY) the API server has served for `resources`, from its
+/// own `apiserver_request_total`, by `"VERB resource[.group][/subresource]"` with the response
+/// code appended when it is not a success (`"POST jobs.batch 409"`), dry runs left out. Two readings
+/// subtracted with [`count_difference`] give one scenario's writes, verb by verb.
+pub fn apiserver_write_counts(resources: &[&str]) -> std::collections::BTreeMap<String, u64> {
+    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the scrape parses");
+    let mut counts = std::collections::BTreeMap::new();
+    for sample in scrape.samples.iter().filter(|s| s.metric == "apiserver_request_total") {
+        let label = |name: &str| sample.labels.get(name).unwrap_or_default();
+        let (verb, resource, code) = (label("verb"), label("resource"), label("code"));
+        if !["POST", "PUT", "PATCH", "APPLY"].contains(&verb)
+            || !resources.contains(&resource)
+            || !label("dry_run").is_empty()
+        {
+            continue;
+        }
+        let mut key = format!("{verb} {resource}");
+        if !label("group").is_empty() {
+            key = format!("{key}.{}", label("group"));
+        }
+        if !label("subresource").is_empty() {
+            key = format!("{key}/{}", label("subresource"));
+        }
+        if !code.starts_with('2') {
+            key = format!("{key} {code}");
+        }
+        let value = match sample.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v as u64,
+            _ => 0,
+        };
+        *counts.entry(key).or_insert(0) += value;
+    }
+    counts
+}
+
+/// `after - before` of two [`apiserver_write_counts`] readings, without the entries that did not move.
+pub fn count_difference(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(key, n)| (key.clone(), n - before.get(key).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
