@@ -367,6 +367,28 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_repeat_within_the_window_is_a_series_of_the_first_and_after_it_a_new_event() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let log = EventLog::new(Client::try_from(config).expect("client"));
+        let start = Instant::now();
+        let Send::Create(first) = log.record(1, "orders", start) else {
+            panic!("a first occurrence is a new Event")
+        };
+        assert!(first.starts_with("orders."), "{first}");
+        assert!(
+            matches!(log.record(2, "orders", start), Send::Create(_)),
+            "another note, another Event"
+        );
+        match log.record(1, "orders", start + Duration::from_secs(60)) {
+            Send::Series { name, count } => assert_eq!((name, count), (first.clone(), 2)),
+            Send::Create(_) => panic!("a repeat is a series"),
+        }
+        let later = start + Duration::from_secs(60) + SERIES_WINDOW;
+        assert!(matches!(log.record(1, "orders", later), Send::Create(name) if name != first));
+        assert_eq!(log.len(), 1, "the other Event left the window and was forgotten");
+    }
+
     #[test]
     fn a_summary_lists_what_the_reconcile_did_and_is_named_after_the_most_notable() {
         let mut summary = Summary::default();
