@@ -63,6 +63,8 @@ pub struct Shared {
     pub default_resync: Duration,
     /// Restricts every watch to one namespace.
     pub namespace: Option<String>,
+    /// Where each parent's writes go, and which parents are this replica's (`--shards`).
+    pub writers: Arc<crate::shard::Writers>,
 }
 
 impl Shared {
@@ -290,6 +292,13 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
             .modify(slim)
             .boxed()
     };
+    if shared.writers.is_sharded() {
+        controller = controller.reconcile_on(parents_of_taken_shards(
+            &shared.writers,
+            parent_store.clone(),
+            parent_kind.resource.clone(),
+        ));
+    }
     let (lookups, lookup_changes) =
         lookup_index::start(rule, kinds, &parent_kind.resource, parent_store, watch_lookups)?;
     if !rule.spec.lookups.is_empty() {
@@ -362,6 +371,12 @@ fn reconcile(
 }
 
 async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<Action, ReconcileError> {
+    // Before anything else, so before any write: another replica's shard is not ours to touch.
+    // Its parents are reconciled here again when the shard is taken (`parents_of_taken_shards`).
+    let writer = ctx.shared.writers.of(&parent.uid().unwrap_or_default());
+    if !writer.held() {
+        return Ok(Action::await_change());
+    }
     let (set, kinds) = ctx.shared.snapshot();
     let Some(rule) = set.rule(&ctx.rule_name) else {
         return Ok(Action::await_change());
@@ -385,7 +400,10 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
         parent.name_any()
     ));
     let _worker = ctx.shared.admin.metrics.reconcile_started(&rule.name);
-    let result = reconcile_parent(&ctx, &set, rule, &kinds, &parent, &namespace).await;
+    if ctx.shared.writers.is_sharded() {
+        ctx.shared.admin.metrics.shard_reconciled(writer.index());
+    }
+    let result = reconcile_parent(&ctx, writer, &set, rule, &kinds, &parent, &namespace).await;
     debug!(parent = %parent.name_any(), elapsed = ?started.elapsed(), ok = result.is_ok(), "reconciled");
     let outcome = match &result {
         Ok(_) => Outcome::Ok,
@@ -402,6 +420,7 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
 
 async fn reconcile_parent(
     ctx: &RuleContext,
+    writer: &crate::shard::ShardWriter,
     set: &RuleSet,
     rule: &Rule,
     kinds: &Kinds,
@@ -424,10 +443,11 @@ async fn reconcile_parent(
     }
     let parent_json = ctx.written.newest(&uid, with_type(parent, &ctx.parent_kind.resource));
     let now = now_rfc3339();
+    // Every write of this reconcile goes through the parent's shard, fenced by its lease.
     let cluster = Cluster {
-        client: &ctx.shared.client,
+        client: &writer.client,
         kinds,
-        recorder: &ctx.shared.recorder,
+        recorder: &writer.recorder,
         admin: &ctx.shared.admin,
         written: &ctx.written,
         drift: &ctx.drift,
@@ -440,7 +460,7 @@ async fn reconcile_parent(
         cached_children(ctx, &uid).await
     };
     let handle = ParentHandle {
-        api: Api::namespaced_with(ctx.shared.client.clone(), namespace, &ctx.parent_kind.resource),
+        api: Api::namespaced_with(writer.client.clone(), namespace, &ctx.parent_kind.resource),
         name: parent.name_any(),
         kind: ctx.parent_kind.resource.kind.clone(),
         reference: parent.object_ref(&ctx.parent_kind.resource),
@@ -718,6 +738,31 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
         .min(MAX_BACKOFF);
     debug!(parent = %parent.name_any(), reason = error.reason(), ?delay, "backing off");
     Action::requeue(delay)
+}
+
+/// References to the cached parents of each shard as this replica takes it: they were skipped
+/// while another replica held the shard, so nothing else would reconcile them now.
+fn parents_of_taken_shards(
+    writers: &Arc<crate::shard::Writers>,
+    store: kube::runtime::reflector::Store<DynamicObject>,
+    resource: ApiResource,
+) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    let shards = writers.count();
+    writers.subscribe().flat_map(move |shard| {
+        let mut parents: Vec<_> = store
+            .state()
+            .into_iter()
+            .filter(|p| crate::shard::shard_of(&p.uid().unwrap_or_default(), shards) == shard)
+            .collect();
+        // Parents changed since their last reconcile first: they are what waited for the shard.
+        parents.sort_by_key(|p| p.data["status"]["observedGeneration"].as_i64() == p.meta().generation);
+        let parents: Vec<_> = parents
+            .iter()
+            .map(|p| ObjectRef::from_obj_with(p.as_ref(), resource.clone()))
+            .collect();
+        debug!(shard, parents = parents.len(), "shard taken: reconciling its parents");
+        futures::stream::iter(parents)
+    })
 }
 
 /// The kinds a deleting parent's objects can have: its children and what `on: delete` actions create.

@@ -32,6 +32,7 @@ pub mod rbac;
 pub mod rules;
 pub mod ruletest;
 pub mod run;
+pub mod shard;
 pub mod template;
 pub mod watch;
 pub mod yaml;

@@ -70,6 +70,11 @@ struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardLabels {
+    shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: String,
 }
@@ -123,6 +128,9 @@ pub struct Metrics {
     drift_deferred: Family<KindLabels, Counter>,
     parents_remembered: Family<RuleLabels, Gauge>,
     leader: Gauge,
+    shards_held: Gauge,
+    shard_leader: Family<ShardLabels, Gauge>,
+    shard_reconciles: Family<ShardLabels, Counter>,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -217,6 +225,24 @@ impl Default for Metrics {
             "1 while this replica holds the leader lease (or runs without leader election), else 0",
             leader.clone(),
         );
+        let shards_held = Gauge::default();
+        registry.register(
+            "ruleop_shards_held",
+            "Shards whose lease this replica holds (with --shards; the sum over replicas should be the shard count)",
+            shards_held.clone(),
+        );
+        let shard_leader = Family::default();
+        registry.register(
+            "ruleop_shard_leader",
+            "1 while this replica holds the shard's lease, else 0 (with --shards)",
+            shard_leader.clone(),
+        );
+        let shard_reconciles = Family::default();
+        registry.register(
+            "ruleop_shard_reconciles",
+            "Reconciles this replica ran per shard of the parent (with --shards)",
+            shard_reconciles.clone(),
+        );
         Metrics {
             registry,
             reconcile_total,
@@ -233,6 +259,9 @@ impl Default for Metrics {
             drift_deferred,
             parents_remembered,
             leader,
+            shards_held,
+            shard_leader,
+            shard_reconciles,
         }
     }
 }
@@ -353,6 +382,27 @@ impl Metrics {
     /// Sets whether this replica leads.
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+    }
+
+    /// Sets which shards this replica holds, of `shards`.
+    pub fn set_shards(&self, shards: u32, held: &std::collections::BTreeSet<u32>) {
+        self.shards_held.set(i64::try_from(held.len()).unwrap_or(i64::MAX));
+        for shard in 0..shards {
+            self.shard_leader
+                .get_or_create(&ShardLabels {
+                    shard: shard.to_string(),
+                })
+                .set(i64::from(held.contains(&shard)));
+        }
+    }
+
+    /// Counts one reconcile of a parent of `shard`.
+    pub fn shard_reconciled(&self, shard: u32) {
+        self.shard_reconciles
+            .get_or_create(&ShardLabels {
+                shard: shard.to_string(),
+            })
+            .inc();
     }
 
     /// The OpenMetrics text exposition of every family (each with `# HELP` and `# TYPE`).
