@@ -280,6 +280,14 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// The ruleop binary tests run: `RULEOP_BIN` when set (a release build, for measurements),
+/// else the one cargo built for this test binary.
+pub fn binary() -> PathBuf {
+    std::env::var_os("RULEOP_BIN")
+        .filter(|bin| !bin.is_empty())
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ruleop")), PathBuf::from)
+}
+
 /// A `ruleop run` child process, stopped with SIGTERM when dropped.
 pub struct Operator {
     child: Child,
@@ -312,7 +320,7 @@ impl Operator {
         let admin = format!("127.0.0.1:{}", free_port());
         let log = std::env::temp_dir().join(format!("ruleop-{namespace}-{}.log", free_port()));
         let log_file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        let child = Command::new(binary())
             .arg("run")
             .args([
                 "--rules",
