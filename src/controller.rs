@@ -13,6 +13,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -30,12 +31,13 @@ use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
 use crate::kinds::{Kinds, ServedKind};
 use crate::lookup_index::{self, RuleLookups};
-use crate::metrics::Outcome;
+use crate::metrics::{Outcome, Sampled};
 use crate::plan::children::ObjectRef as ChildRef;
 use crate::plan::context::LABEL_RULE;
 use crate::plan::deletion::{self, FinalizerStep};
 use crate::plan::scope::ANNOTATION_PARENT;
 use crate::plan::{self, Plan, PlanError};
+use crate::queue::{self, Trigger, Triggers};
 use crate::rules::model::ActionTrigger;
 use crate::rules::{Rule, RuleSet};
 use crate::watch::UndecodableReporter;
@@ -44,6 +46,8 @@ use crate::watch::UndecodableReporter;
 pub const DEFAULT_CONCURRENCY: u16 = 5;
 /// Longest a reconcile waits for its rule's caches to sync before it is retried later.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
+/// Longest a reconcile waits for the child caches to show our own last writes.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 /// Longest wait between retries of a failing parent.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -61,6 +65,8 @@ pub struct Shared {
     pub default_resync: Duration,
     /// Restricts every watch to one namespace.
     pub namespace: Option<String>,
+    /// Where each parent's writes go, and which parents are this replica's (`--shards`).
+    pub writers: Arc<crate::shard::Writers>,
 }
 
 impl Shared {
@@ -148,11 +154,38 @@ struct RuleContext {
     written: Arc<WrittenParents>,
     /// Drift-repair budgets per parent.
     drift: Arc<DriftLimiter>,
+    /// Events published recently, so a repeat becomes a series.
+    events: Arc<events::EventLog>,
     /// Caches of looked-up kinds and who read what.
     lookups: RuleLookups,
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
     /// `Store::wait_until_ready` wakes only the last of several concurrent waiters.
     children_synced: tokio::sync::watch::Receiver<bool>,
+    /// The parent cache.
+    parents: Store<DynamicObject>,
+    /// What queued each parent (the span's `trigger`, the queue depth).
+    triggers: Arc<Triggers>,
+}
+
+impl Sampled for RuleContext {
+    fn queue_depth(&self) -> usize {
+        self.triggers.depth()
+    }
+
+    fn cached_objects(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        let children = self.children.iter().map(|(r, index)| (r.kind.as_str(), index.len()));
+        let parents = std::iter::once((self.parent_kind.resource.kind.as_str(), self.parents.len()));
+        for (kind, count) in parents.chain(children).chain(self.lookups.cached_objects()) {
+            *counts.entry(kind.to_owned()).or_default() += count;
+        }
+        counts
+    }
+}
+
+/// The trigger key of a parent.
+fn parent_key(parent: &DynamicObject) -> String {
+    queue::key(&parent.namespace().unwrap_or_default(), &parent.name_any())
 }
 
 /// A channel that turns true once every child cache has listed.
@@ -166,15 +199,6 @@ fn synced_signal(indexes: &[Arc<ChildIndex>]) -> tokio::sync::watch::Receiver<bo
         let _ = tx.send(true);
     });
     rx
-}
-
-/// Drops what the engine never reads from cached objects: managedFields (often half an
-/// object) and kubectl's last-applied annotation (a second copy of the spec).
-fn slim(object: &mut DynamicObject) {
-    object.metadata.managed_fields = None;
-    if let Some(annotations) = object.metadata.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
 }
 
 /// A running controller and the handles to steer it.
@@ -233,16 +257,26 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let parent_store = parent_writer.as_reader();
     let memory = ParentMemory::default();
     let mut housekeeping = Housekeeping::new(memory.clone(), shared.admin.clone(), rule.name.clone());
+    let triggers = Arc::new(Triggers::default());
+    let (gone, queued) = (triggers.clone(), triggers.clone());
     let parents = shared
         .watch(rule, &parent_kind, config)
-        .modify(slim)
+        .reflect(parent_writer)
+        // After the store has it: what we wrote is forgotten once the cache shows it.
         .inspect(move |event| {
             if let Ok(event) = event {
                 housekeeping.observe(event);
+                if let watcher::Event::Delete(parent) = event {
+                    gone.forget(&parent_key(parent));
+                }
             }
         })
-        .reflect(parent_writer)
-        .applied_objects();
+        .applied_objects()
+        .inspect(move |parent| {
+            if let Ok(parent) = parent {
+                queued.event(parent_key(parent), Trigger::ParentEvent);
+            }
+        });
     let mut controller = Controller::for_stream_with(parents, parent_store.clone(), parent_kind.resource.clone());
     let owned = child_kinds(rule);
     let mut children = Vec::new();
@@ -253,6 +287,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         let index = Arc::new(ChildIndex::default());
         children.push((served.resource.clone(), index.clone()));
         let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
+        let (queued, parent_resource) = (triggers.clone(), parent_kind.resource.clone());
         // Label-owned children live outside the parent's namespace: watch them cluster-wide and
         // map them to their parent by annotation, as they carry no ownerReference.
         let by_label = rule.may_own_by_label();
@@ -263,13 +298,18 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         };
         let stream = shared
             .watch_in(api, rule, served, ours)
-            .modify(slim)
             .inspect(move |event| {
                 if let Ok(event) = event {
                     index.apply(event);
                 }
             })
-            .touched_objects();
+            .touched_objects()
+            .inspect(move |child| {
+                if let Some(parent) = child.as_ref().ok().and_then(|c| parent_of(c, &parent_resource)) {
+                    let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+                    queued.event(key, Trigger::ChildEvent);
+                }
+            });
         controller = if by_label {
             let parent_resource = parent_kind.resource.clone();
             let mapper = move |child: DynamicObject| parent_of(&child, &parent_resource);
@@ -281,20 +321,35 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
     let watch_lookups = |served: &ServedKind| {
         let api = Api::all_with(shared.client.clone(), &served.resource);
-        shared
-            .watch_in(api, rule, served, watcher::Config::default())
-            .modify(slim)
-            .boxed()
+        shared.watch_in(api, rule, served, watcher::Config::default()).boxed()
     };
+    if shared.writers.is_sharded() {
+        controller = controller.reconcile_on(parents_of_taken_shards(
+            &shared.writers,
+            parent_store.clone(),
+            parent_kind.resource.clone(),
+        ));
+    }
     let (lookups, lookup_changes) =
-        lookup_index::start(rule, kinds, &parent_kind.resource, parent_store, watch_lookups)?;
+        lookup_index::start(rule, kinds, &parent_kind.resource, parent_store.clone(), watch_lookups)?;
     if !rule.spec.lookups.is_empty() {
-        controller = controller.reconcile_on(lookup_changes);
+        let queued = triggers.clone();
+        controller = controller.reconcile_on(lookup_changes.inspect(move |parent| {
+            let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+            queued.event(key, Trigger::LookupEvent);
+        }));
     }
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
+    let (queued, reloaded) = (triggers.clone(), parent_store.clone());
+    let reconcile_all_rx = reconcile_all_rx.inspect(move |()| {
+        for parent in reloaded.state() {
+            queued.event(parent_key(&parent), Trigger::Reload);
+        }
+    });
     let (stop, stop_rx) = oneshot::channel::<()>();
     let concurrency = rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
     let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
+    let events = Arc::new(events::EventLog::new(shared.client.clone()));
     let context = Arc::new(RuleContext {
         children_synced,
         shared,
@@ -304,8 +359,17 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         failures: memory.failures,
         written: memory.written,
         drift: memory.drift,
+        events,
         lookups,
+        parents: parent_store,
+        triggers,
     });
+    let sampled: Arc<dyn Sampled> = context.clone();
+    context
+        .shared
+        .admin
+        .metrics
+        .sample(&rule.name, Arc::downgrade(&sampled));
     let name = rule.name.clone();
     let task = tokio::spawn(async move {
         controller
@@ -335,15 +399,16 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     })
 }
 
-/// Runs one reconcile in a span of its own (`rule`, `namespace`, `parent`, `generation`), so every
-/// log line of the reconcile carries them. The span is made here, synchronously, because kube
-/// calls the reconciler inside its `reconciling object` span, whose `object.reason` is the
-/// trigger (object updated, related object updated, bulk reconcile requested, ... retry): that
-/// span becomes the parent and JSON logs list both.
+/// Runs one reconcile in a span of its own (`rule`, `namespace`, `parent`, `generation`,
+/// `trigger`), so every log line of the reconcile carries them. The span is made here,
+/// synchronously, when kube starts the reconcile, inside its `reconciling object` span (which
+/// becomes the parent; JSON logs list both).
 fn reconcile(
     parent: Arc<DynamicObject>,
     ctx: Arc<RuleContext>,
 ) -> impl Future<Output = Result<Action, ReconcileError>> + Send {
+    let trigger = ctx.triggers.started(&parent_key(&parent));
+    ctx.shared.admin.metrics.triggered(&ctx.rule_name, trigger.as_str());
     let span = info_span!(
         "reconcile",
         rule = %ctx.rule_name,
@@ -351,11 +416,18 @@ fn reconcile(
         // Not `name`: JSON logs use that key for the span's own name.
         parent = %parent.name_any(),
         generation = parent.meta().generation.unwrap_or_default(),
+        trigger = trigger.as_str(),
     );
     reconcile_in_span(parent, ctx).instrument(span)
 }
 
 async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<Action, ReconcileError> {
+    // Before anything else, so before any write: another replica's shard is not ours to touch.
+    // Its parents are reconciled here again when the shard is taken (`parents_of_taken_shards`).
+    let writer = ctx.shared.writers.of(&parent.uid().unwrap_or_default());
+    if !writer.held() {
+        return Ok(Action::await_change());
+    }
     let (set, kinds) = ctx.shared.snapshot();
     let Some(rule) = set.rule(&ctx.rule_name) else {
         return Ok(Action::await_change());
@@ -379,13 +451,26 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
         parent.name_any()
     ));
     let _worker = ctx.shared.admin.metrics.reconcile_started(&rule.name);
-    let result = reconcile_parent(&ctx, &set, rule, &kinds, &parent, &namespace).await;
+    if ctx.shared.writers.is_sharded() {
+        ctx.shared.admin.metrics.shard_reconciled(writer.index());
+    }
+    let result = reconcile_parent(&ctx, writer, &set, rule, &kinds, &parent, &namespace).await;
     debug!(parent = %parent.name_any(), elapsed = ?started.elapsed(), ok = result.is_ok(), "reconciled");
     let outcome = match &result {
         Ok(_) => Outcome::Ok,
         // An optimistic-concurrency retry (stale cache), not a failure.
         Err(ReconcileError::Apply(ApplyError::Conflict(_))) => Outcome::Conflict,
-        Err(e) => Outcome::Error(e.reason()),
+        Err(e) => {
+            // Failures reported on the parent were logged with it (`report_failure`).
+            if matches!(
+                e,
+                ReconcileError::NotSynced(_) | ReconcileError::Apply(ApplyError::Action { .. })
+            ) {
+                let error = e.to_string();
+                warn!(reason = e.reason(), error = %bounded(&error, MESSAGE_LIMIT), "reconcile failed");
+            }
+            Outcome::Error(e.reason())
+        }
     };
     ctx.shared
         .admin
@@ -396,6 +481,7 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
 
 async fn reconcile_parent(
     ctx: &RuleContext,
+    writer: &crate::shard::ShardWriter,
     set: &RuleSet,
     rule: &Rule,
     kinds: &Kinds,
@@ -418,30 +504,24 @@ async fn reconcile_parent(
     }
     let parent_json = ctx.written.newest(&uid, with_type(parent, &ctx.parent_kind.resource));
     let now = now_rfc3339();
+    // Every write of this reconcile goes through the parent's shard, fenced by its lease.
     let cluster = Cluster {
-        client: &ctx.shared.client,
+        client: &writer.client,
         kinds,
-        recorder: &ctx.shared.recorder,
+        recorder: &writer.recorder,
         admin: &ctx.shared.admin,
         written: &ctx.written,
         drift: &ctx.drift,
+        events: &ctx.events,
     };
     let observed: Vec<Value> = if parent.meta().deletion_timestamp.is_some() {
         // The finalizer is removed on what this says: read it fresh, not from a lagging cache.
         cleanup::list_owned(&cluster, &deletion_kinds(rule), &uid).await?
     } else {
-        ctx.children
-            .iter()
-            .flat_map(|(resource, index)| {
-                index.children_of(&uid).into_iter().map(move |mut child| {
-                    set_type(&mut child, resource);
-                    child
-                })
-            })
-            .collect()
+        cached_children(ctx, &uid).await
     };
     let handle = ParentHandle {
-        api: Api::namespaced_with(ctx.shared.client.clone(), namespace, &ctx.parent_kind.resource),
+        api: Api::namespaced_with(writer.client.clone(), namespace, &ctx.parent_kind.resource),
         name: parent.name_any(),
         kind: ctx.parent_kind.resource.kind.clone(),
         reference: parent.object_ref(&ctx.parent_kind.resource),
@@ -472,11 +552,20 @@ async fn reconcile_parent(
             if let Some(wait) = ctx.drift.wait(&uid, std::time::Instant::now()) {
                 next = next.min(wait);
             }
-            Ok(Action::requeue(retry.map_or(next, |retry| retry.min(next))))
+            let after = retry.map_or(next, |retry| retry.min(next));
+            let trigger = if after == resync {
+                Trigger::Resync
+            } else {
+                Trigger::Requeue
+            };
+            ctx.triggers.schedule(parent_key(parent), after, trigger);
+            Ok(Action::requeue(after))
         }
         Err(e @ ApplyError::Immutable { .. }) => {
             report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
-            Ok(Action::requeue(rule.resync.unwrap_or(ctx.shared.default_resync)))
+            let resync = rule.resync.unwrap_or(ctx.shared.default_resync);
+            ctx.triggers.schedule(parent_key(parent), resync, Trigger::Resync);
+            Ok(Action::requeue(resync))
         }
         // The action layer already recorded these in status (and an Event); Ready is about children.
         Err(e @ (ApplyError::Action { .. } | ApplyError::Conflict(_))) => Err(e.into()),
@@ -484,6 +573,30 @@ async fn reconcile_parent(
             report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
             Err(e.into())
         }
+    }
+}
+
+/// The parent's children from the caches, once they show this process's own last writes to
+/// them: a reconcile right after ours (triggered by our own status or finalizer write) would
+/// otherwise apply a child again that it does not see yet. The watch is usually milliseconds
+/// behind; the wait is bounded (a child deleted by someone else meanwhile never shows).
+async fn cached_children(ctx: &RuleContext, uid: &str) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + CATCH_UP_WAIT;
+    loop {
+        let cached: Vec<Value> = ctx
+            .children
+            .iter()
+            .flat_map(|(resource, index)| {
+                index.children_of(uid).into_iter().map(move |mut child| {
+                    set_type(&mut child, resource);
+                    child
+                })
+            })
+            .collect();
+        if !ctx.written.children_unseen(uid, &cached) || tokio::time::Instant::now() >= deadline {
+            return cached;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -522,35 +635,45 @@ async fn apply_plan(
         },
     ))
     .await;
+    // One Event for the whole reconcile, sent whether or not a later step fails (what was
+    // done stays done), after the writes it reports.
+    let mut summary = events::Summary::default();
+    let result = apply_plan_steps(cluster, handle, rule, plan, &mut parent, applied, now, &mut summary).await;
+    summary.publish(cluster, handle);
+    result
+}
+
+/// [`apply_plan`] after the children's applies, noting every change in `summary`.
+#[allow(clippy::too_many_arguments)]
+async fn apply_plan_steps(
+    cluster: &Cluster<'_>,
+    handle: &ParentHandle,
+    rule: &Rule,
+    plan: Plan,
+    parent: &mut Value,
+    applied: Vec<Result<ChildOutcome, ApplyError>>,
+    now: &str,
+    summary: &mut events::Summary,
+) -> Result<bool, ApplyError> {
     let mut child_error = None;
     for (child, result) in plan.children.iter().zip(applied) {
-        let reason = match result {
-            Ok(ChildOutcome::Unchanged) => continue,
-            Ok(ChildOutcome::Created) => "ChildCreated",
-            Ok(ChildOutcome::Updated) => "ChildUpdated",
-            Ok(ChildOutcome::Recreated) => "ChildRecreated",
+        match result {
+            Ok(outcome) => summary.child(&child.target, &outcome),
+            // Other children still converge; the first failure is reported after them.
             Err(e) => {
-                // Other children still converge; the first failure is reported after them.
                 child_error.get_or_insert(e);
-                continue;
             }
-        };
-        let note = format!("{} ({})", child.target, child.id);
-        events::publish(cluster, handle, Some(&child.target), EventType::Normal, reason, note);
+        }
     }
     if let Some(e) = child_error {
         return Err(e);
     }
     for target in &plan.prune {
         delete(cluster, target).await?;
-        events::publish(
-            cluster,
-            handle,
-            Some(target),
-            EventType::Normal,
-            "ChildPruned",
-            format!("{target} is no longer desired"),
-        );
+        if let Some(uid) = &handle.reference.uid {
+            cluster.written.record_child(uid, target, None);
+        }
+        summary.deleted(target);
     }
     debug!(parent = %handle.name, "children applied");
     let runs: Vec<_> = plan
@@ -563,23 +686,17 @@ async fn apply_plan(
     for (i, (decision, spec)) in runs.iter().enumerate() {
         debug!(parent = %handle.name, action = %decision.id, reason = %decision.reason, "running action");
         let finish = (i + 1 == runs.len() && first_error.is_none()).then_some(&plan.status);
-        let result = actions::run(cluster, handle, &mut parent, spec, decision, finish, now).await;
+        let result = actions::run(cluster, handle, parent, spec, decision, finish, now).await;
         cluster
             .admin
             .metrics
             .action_ran(&rule.name, &decision.id, result.is_ok());
         match result {
-            Ok(()) => {
-                let note = events::action_run_note(decision);
-                let key = decision.key.as_deref().unwrap_or_default();
-                events::publish_once(cluster, handle, EventType::Normal, "ActionRan", note, key);
-            }
+            Ok(()) => summary.ran(decision),
             Err(e) => {
                 if !matches!(e, ApplyError::Conflict(_)) {
-                    // One Event per run and distinct error, so its note is about this run.
-                    let (message, key) = (e.to_string(), decision.key.as_deref().unwrap_or_default());
-                    let identity = format!("{key}\n{message}");
-                    events::publish_once(cluster, handle, EventType::Warning, e.reason(), message, &identity);
+                    // A Warning of its own; the same error again joins its series.
+                    events::publish(cluster, handle, None, EventType::Warning, e.reason(), e.to_string());
                 }
                 first_error.get_or_insert(e);
             }
@@ -608,7 +725,7 @@ async fn apply_plan(
     }
     // Last: every cleanup delete above succeeded and no action is outstanding.
     if plan.finalizer == FinalizerStep::Remove && runs.is_empty() {
-        cleanup::set_finalizer(cluster, handle, &mut parent, FinalizerStep::Remove).await?;
+        cleanup::set_finalizer(cluster, handle, parent, FinalizerStep::Remove).await?;
         debug!(parent = %handle.name, "finalizer removed; the deletion completes");
     }
     Ok(!runs.is_empty())
@@ -672,7 +789,9 @@ async fn report_failure(
 
 fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<RuleContext>) -> Action {
     if matches!(error, ReconcileError::Apply(ApplyError::Conflict(_))) {
-        return Action::requeue(Duration::from_millis(200));
+        let after = Duration::from_millis(200);
+        ctx.triggers.schedule(parent_key(&parent), after, Trigger::Retry);
+        return Action::requeue(after);
     }
     let uid = parent.uid().unwrap_or_default();
     let failures = ctx.failures.lock().map_or(1, |mut failures| {
@@ -690,7 +809,33 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
         .saturating_mul(2u32.saturating_pow(failures.min(16)))
         .min(MAX_BACKOFF);
     debug!(parent = %parent.name_any(), reason = error.reason(), ?delay, "backing off");
+    ctx.triggers.schedule(parent_key(&parent), delay, Trigger::Retry);
     Action::requeue(delay)
+}
+
+/// References to the cached parents of each shard as this replica takes it: they were skipped
+/// while another replica held the shard, so nothing else would reconcile them now.
+fn parents_of_taken_shards(
+    writers: &Arc<crate::shard::Writers>,
+    store: kube::runtime::reflector::Store<DynamicObject>,
+    resource: ApiResource,
+) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    let shards = writers.count();
+    writers.subscribe().flat_map(move |shard| {
+        let mut parents: Vec<_> = store
+            .state()
+            .into_iter()
+            .filter(|p| crate::shard::shard_of(&p.uid().unwrap_or_default(), shards) == shard)
+            .collect();
+        // Parents changed since their last reconcile first: they are what waited for the shard.
+        parents.sort_by_key(|p| p.data["status"]["observedGeneration"].as_i64() == p.meta().generation);
+        let parents: Vec<_> = parents
+            .iter()
+            .map(|p| ObjectRef::from_obj_with(p.as_ref(), resource.clone()))
+            .collect();
+        debug!(shard, parents = parents.len(), "shard taken: reconciling its parents");
+        futures::stream::iter(parents)
+    })
 }
 
 /// The kinds a deleting parent's objects can have: its children and what `on: delete` actions create.

@@ -14,6 +14,7 @@
 //! successful renewal. Since `renew_deadline < lease_duration`, the old holder's fence closes
 //! before any standby can take the lease, whatever the clocks say.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
@@ -61,7 +62,18 @@ pub struct ElectionArgs {
     /// Time between attempts to acquire or renew the lease.
     #[arg(long, env = "RULEOP_RETRY_PERIOD", default_value = DEFAULT_RETRY_PERIOD)]
     pub retry_period: String,
+    /// Split the parents into this many shards by a stable hash (FNV-1a) of their UID, each
+    /// with its own Lease `<lease-name>-shard-<i>`: every replica reconciles the parents of the
+    /// shards it holds, up to its fair share (shards / live replicas, rounded up). More than 1
+    /// implies leases (--leader-elect is then redundant); 1 with --leader-elect is one Lease
+    /// for everything, without it no Lease at all. See the README, "Sharding".
+    #[arg(long, env = "RULEOP_SHARDS", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_SHARDS as i64))]
+    pub shards: u32,
 }
+
+/// The most shards `--shards` accepts (a Lease each, renewed every retry period by its holder).
+pub const MAX_SHARDS: u32 = 256;
 
 impl ElectionArgs {
     /// The timing, checked: `retry_period < renew_deadline < lease_duration`.
@@ -81,7 +93,18 @@ impl ElectionArgs {
                 timing.retry_period, timing.renew_deadline, timing.lease_duration
             ));
         }
+        if self.shards > 1 && self.lease_name.len() > 40 {
+            return Err(format!(
+                "--lease-name: at most 40 characters with --shards (it prefixes every shard and member Lease and labels them), got {}",
+                self.lease_name.len()
+            ));
+        }
         Ok(timing)
+    }
+
+    /// Whether this run takes leases: `--leader-elect`, or more than one shard.
+    pub fn uses_leases(&self) -> bool {
+        self.leader_elect || self.shards > 1
     }
 }
 
@@ -96,6 +119,9 @@ pub struct Election {
     pub identity: String,
     /// Lease timing.
     pub timing: Timing,
+    /// Shards (`--shards`): 1 is one lease named `name`; more are a lease per shard, named
+    /// `<name>-shard-<i>`, and a member lease per replica.
+    pub shards: u32,
 }
 
 /// Lease timing.
@@ -318,12 +344,14 @@ fn micro_now() -> MicroTime {
 
 // === impl Elector ===
 
-/// One replica's view of one lease.
+/// One replica's view of one lease: the leader lease, a shard lease, or a member lease.
 pub struct Elector {
     api: Api<Lease>,
     name: String,
     identity: String,
     timing: Timing,
+    /// Labels set on a lease this elector creates (sharding lists its leases by them).
+    labels: BTreeMap<String, String>,
     /// The last record seen and when we first saw it.
     observed: Option<(Option<LeaseSpec>, Instant)>,
 }
@@ -336,8 +364,15 @@ impl Elector {
             name: name.to_owned(),
             identity: identity.to_owned(),
             timing,
+            labels: BTreeMap::new(),
             observed: None,
         }
+    }
+
+    /// The same elector, creating its lease with these labels.
+    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
     }
 
     /// Our identity.
@@ -350,17 +385,23 @@ impl Elector {
         &self.name
     }
 
-    /// One attempt to acquire or renew. `Ok(Some(start))`: we hold the lease, and may write
-    /// until `start + renew_deadline`. `Ok(None)`: someone else holds it (or won a race).
-    pub async fn try_acquire_or_renew(&mut self) -> Result<Option<Instant>, kube::Error> {
-        let started = Instant::now();
-        let lease = self.api.get_opt(&self.name).await?;
-        let spec = lease.as_ref().map(|l| l.spec.clone().unwrap_or_default());
+    /// The holder of the last record seen (`None`: no lease, or released).
+    pub fn holder(&self) -> Option<&str> {
+        self.observed
+            .as_ref()
+            .and_then(|(spec, _)| spec.as_ref()?.holder_identity.as_deref())
+            .filter(|h| !h.is_empty())
+    }
+
+    /// Records the lease as read (by a GET or a LIST that began at `read_at`; `None`: it does
+    /// not exist) and decides what to do with it. A record seen for the first time, or changed,
+    /// starts its expiry clock at `read_at`.
+    pub fn observe(&mut self, lease: Option<&Lease>, read_at: Instant) -> Decision {
+        let spec = lease.map(|l| l.spec.clone().unwrap_or_default());
         let unchanged_since = match &self.observed {
             Some((seen, since)) if *seen == spec => *since,
-            _ => started,
+            _ => read_at,
         };
-        self.observed = Some((spec.clone(), unchanged_since));
         let decision = decide(
             spec.as_ref(),
             &self.identity,
@@ -368,20 +409,30 @@ impl Elector {
             Instant::now(),
             self.timing.lease_duration,
         );
-        let record = next_record(spec.as_ref(), &self.identity, &self.timing, micro_now());
-        let result = match (decision, lease) {
-            (Decision::Wait { .. }, _) => return Ok(None),
-            (Decision::Create, _) | (_, None) => {
+        self.observed = Some((spec, unchanged_since));
+        decision
+    }
+
+    /// Writes `lease` (as last read; `None`: create it) as held by us: renewed, taken or
+    /// created. `Ok(Some(start))`: we hold it, and may write until `start + renew_deadline`.
+    /// `Ok(None)`: another replica wrote it first (a conflict).
+    pub async fn claim(&mut self, lease: Option<Lease>) -> Result<Option<Instant>, kube::Error> {
+        let started = Instant::now();
+        let current = lease.as_ref().map(|l| l.spec.clone().unwrap_or_default());
+        let record = next_record(current.as_ref(), &self.identity, &self.timing, micro_now());
+        let result = match lease {
+            None => {
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.name.clone()),
+                        labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
                         ..ObjectMeta::default()
                     },
                     spec: Some(record.clone()),
                 };
                 self.api.create(&PostParams::default(), &lease).await
             }
-            (Decision::Renew | Decision::Take, Some(mut lease)) => {
+            Some(mut lease) => {
                 // resourceVersion stays set: of two replicas taking it at once, one gets a 409.
                 lease.spec = Some(record.clone());
                 lease.metadata.managed_fields = None;
@@ -395,6 +446,21 @@ impl Elector {
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// One attempt to acquire or renew. `Ok(Some(start))`: we hold the lease, and may write
+    /// until `start + renew_deadline`. `Ok(None)`: someone else holds it (or won a race).
+    pub async fn try_acquire_or_renew(&mut self) -> Result<Option<Instant>, kube::Error> {
+        let started = Instant::now();
+        let lease = self.api.get_opt(&self.name).await?;
+        match self.observe(lease.as_ref(), started) {
+            Decision::Wait { .. } => Ok(None),
+            Decision::Create | Decision::Renew | Decision::Take => {
+                let claimed = self.claim(lease).await?;
+                // The fence counts from the start of the whole attempt, as before the split.
+                Ok(claimed.map(|_| started))
+            }
         }
     }
 
@@ -649,6 +715,7 @@ mod tests {
             lease_duration: l.to_owned(),
             renew_deadline: r.to_owned(),
             retry_period: p.to_owned(),
+            shards: 1,
         };
         assert_eq!(args("15s", "10s", "2s").timing(), Ok(TIMING));
         let err = args("10s", "10s", "2s").timing().expect_err("renew must be shorter");

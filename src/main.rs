@@ -78,7 +78,7 @@ fn main() -> ExitCode {
                 ruleop::run::STATUS_CONFIGMAP
             );
             let election = match election.timing() {
-                Ok(timing) if election.leader_elect => Some(ruleop::leader::Election {
+                Ok(timing) if election.uses_leases() => Some(ruleop::leader::Election {
                     namespace: election
                         .lease_namespace
                         .clone()
@@ -88,6 +88,7 @@ fn main() -> ExitCode {
                     name: election.lease_name.clone(),
                     identity: ruleop::leader::identity(),
                     timing,
+                    shards: election.shards,
                 }),
                 Ok(_) => None,
                 Err(e) => {

@@ -21,6 +21,7 @@ use crate::leader::{self, Election, Elector, Fence, Leadership};
 use crate::rules::RuleSet;
 use crate::rules::load::load;
 use crate::rules::reload::{DirWatcher, fingerprint};
+use crate::shard::{self, Writers};
 
 /// Settings of the operator.
 #[derive(Debug, Clone)]
@@ -115,7 +116,10 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let loaded_fingerprint = fingerprint(&settings.sources.rules, &settings.sources.templates);
     let mut set = load(&settings.sources.rules, &settings.sources.templates)
         .map_err(|d| anyhow::anyhow!("the rules are invalid:\n{d}"))?;
-    let fence = if settings.election.is_some() {
+    // With shards, each shard fences its own writes (src/shard.rs); the process-wide client
+    // is fenced only by a single leader lease.
+    let sharded = settings.election.as_ref().filter(|e| e.shards > 1).cloned();
+    let fence = if settings.election.is_some() && sharded.is_none() {
         Fence::closed()
     } else {
         Fence::open()
@@ -149,7 +153,22 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let mut leadership = None;
     // Without leader election this replica is the only writer.
     admin.metrics.set_leader(settings.election.is_none());
-    if let Some(election) = &settings.election {
+    let reporter = Reporter {
+        controller: "ruleop".to_owned(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let recorder = Recorder::new(client.clone(), reporter.clone());
+    // Sharded: every replica starts its controllers (and caches) at once and reconciles the
+    // parents of the shards it holds. Otherwise a standby waits here for the leader lease.
+    let (writers, sharding) = match &sharded {
+        Some(election) => {
+            let writers = Arc::new(Writers::sharded(&client, election.shards, &reporter));
+            let sharding = shard::start(lease_client.clone(), election, writers.clone(), admin.clone());
+            (writers, Some(sharding))
+        }
+        None => (Arc::new(Writers::single(client.clone(), recorder.clone())), None),
+    };
+    if let Some(election) = settings.election.as_ref().filter(|_| sharded.is_none()) {
         // A standby is ready: it serves nothing, but must not fail its probes while it waits.
         admin.health.set_started(true);
         admin.metrics.set_leader(false);
@@ -170,12 +189,9 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
             }
         }
     }
-    let reporter = Reporter {
-        controller: "ruleop".to_owned(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
     let shared = Arc::new(Shared {
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder,
+        writers,
         client,
         current: std::sync::RwLock::new((Arc::new(set), Arc::new(kinds))),
         admin: admin.clone(),
@@ -228,6 +244,9 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     }
     if let Some(leadership) = leadership {
         leadership.release().await;
+    }
+    if let Some(sharding) = sharding {
+        sharding.release().await;
     }
     Ok(())
 }

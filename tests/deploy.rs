@@ -249,9 +249,17 @@ fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
         1,
         "one backup Job"
     );
-    let events = kubectl_ok(&["get", "events", "-n", &ns.0, "-o", "jsonpath={.items[*].reason}"]);
+    // One Event for the reconcile that created the children and ran the backup.
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.0,
+        "-o",
+        "jsonpath={.items[*].reason} {.items[*].message}",
+    ]);
     assert!(
-        events.contains("ChildCreated") && events.contains("ActionRan"),
+        events.contains("ActionRan") && events.contains("created Service orders-svc, StatefulSet orders; ran backup"),
         "events: {events}"
     );
     assert_eq!(

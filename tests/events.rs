@@ -1,30 +1,41 @@
-//! Events say what happened in the run they report: three runs of an action are three Events,
-//! each naming its own guard value, not one series carrying the first run's note.
+//! Events say what the reconcile they report did: one Event per reconcile that changed
+//! something (three runs of an action are three Events, each naming its own guard value), a
+//! Warning of its own per failure, and a failure that repeats is one Event whose series counts
+//! the repeats, not a new object each time.
 
 mod support;
 
 use std::time::Duration;
 
+use support::webhook::Webhook;
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn action_ran_notes(ns: &str, parent: &str) -> Vec<String> {
+/// `reason`, note and series count (empty when none) of every events.k8s.io Event about `parent`.
+fn events_about(ns: &str, parent: &str) -> Vec<(String, String, String)> {
     let out = kubectl_ok(&[
         "get",
-        "events",
+        "events.v1.events.k8s.io",
         "-n",
         ns,
         "--field-selector",
-        &format!("involvedObject.name={parent},reason=ActionRan"),
+        &format!("regarding.name={parent}"),
         "-o",
-        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+        "jsonpath={range .items[*]}{.reason}\t{.note}\t{.series.count}{\"\\n\"}{end}",
     ]);
-    out.lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
+    out.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let mut fields = l.splitn(3, '\t').map(str::to_owned);
+            let mut next = || fields.next().unwrap_or_default();
+            (next(), next(), next())
+        })
+        .collect()
 }
 
 #[test]
-fn each_action_run_has_an_event_saying_what_that_run_did() {
+fn each_reconcile_that_writes_has_one_event_saying_what_it_did() {
     install_crds();
     let ns = Namespace::new("events-runs");
     let _operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
@@ -37,20 +48,63 @@ fn each_action_run_has_an_event_saying_what_that_run_did() {
                 &format!(r#"{{"spec":{{"replicas":{generation}}}}}"#),
             );
         }
-        let wanted = format!("action backup ran for generation={generation} (key ");
+        let wanted = format!("ran backup for generation={generation} (key ");
         wait_until(
             WAIT,
             &format!("an Event for the run of generation {generation}"),
-            || action_ran_notes(&ns.0, "orders").iter().any(|n| n.starts_with(&wanted)),
+            || {
+                events_about(&ns.0, "orders")
+                    .iter()
+                    .any(|(_, note, _)| note.contains(&wanted))
+            },
         );
     }
-    let notes = action_ran_notes(&ns.0, "orders");
-    assert_eq!(notes.len(), 3, "one Event per run: {notes:#?}");
-    let key = get(&ns.0, "database/orders", "{.status.actions.backup.key}");
-    let last = notes
+    let events = events_about(&ns.0, "orders");
+    assert_eq!(events.len(), 3, "one Event per reconcile that wrote: {events:#?}");
+    assert!(events.iter().all(|(reason, _, _)| reason == "ActionRan"), "{events:#?}");
+    let first = events
         .iter()
-        .find(|n| n.contains("generation=3"))
-        .expect("the last run's Event");
+        .find(|(_, note, _)| note.contains("generation=1"))
+        .map(|(_, note, _)| note.as_str())
+        .unwrap_or_default();
+    assert!(
+        first.starts_with("created Service orders-svc, StatefulSet orders; ran backup for generation=1 (key "),
+        "{first}"
+    );
+    let key = get(&ns.0, "database/orders", "{.status.actions.backup.key}");
+    let last = events
+        .iter()
+        .find(|(_, note, _)| note.contains("generation=3"))
+        .map(|(_, note, _)| note.as_str())
+        .unwrap_or_default();
+    assert!(last.starts_with("updated StatefulSet orders; ran backup"), "{last}");
     assert!(last.contains(&key), "{last} names the run's key {key}");
     assert!(last.contains(": created Job orders-backup-"), "{last}");
+}
+
+#[test]
+fn a_failure_that_repeats_is_one_warning_event_with_a_series() {
+    install_crds();
+    let ns = Namespace::new("events-series");
+    let hook = Webhook::start(2);
+    let rules = rules_with_webhook(&hook.url);
+    let _operator = Operator::start(rules.path(), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "the notify run to complete", || {
+        get(&ns.0, "database/orders", "{.status.actions.notify.phase}") == "Done"
+    });
+    wait_until(WAIT, "the Event of the run", || {
+        events_about(&ns.0, "orders")
+            .iter()
+            .any(|(reason, _, _)| reason == "ActionRan")
+    });
+    let events = events_about(&ns.0, "orders");
+    let failures: Vec<_> = events
+        .iter()
+        .filter(|(reason, _, _)| reason == "ActionFailed")
+        .collect();
+    assert_eq!(failures.len(), 1, "two identical failures, one Event: {events:#?}");
+    let (_, note, count) = failures[0];
+    assert!(note.contains("answered 500"), "{note}");
+    assert_eq!(count, "2", "the second failure is the Event's series: {events:#?}");
 }

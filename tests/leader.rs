@@ -7,42 +7,18 @@ mod support;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use support::fleet::{backed_up, databases, jobs_per_parent_and_action};
+use support::fleet::{LEASE, all_backed_up, databases_yaml, jobs_per_parent_and_action, percentile};
 use support::*;
 
 /// The tests here read the API server's global write counters: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Short timing so a failover takes seconds: lease 4 s, renew 3 s, retry 0.5 s.
-const LEASE: Duration = Duration::from_secs(4);
 const PARENTS: usize = 20;
 const ROUNDS: usize = 5;
 const WAIT: Duration = Duration::from_secs(90);
 
 fn replica(rules: &std::path::Path, ns: &str) -> Operator {
-    Operator::start_with(
-        rules,
-        &templates(),
-        ns,
-        &[
-            "--leader-elect",
-            "--lease-namespace",
-            ns,
-            "--lease-duration",
-            "4s",
-            "--renew-deadline",
-            "3s",
-            "--retry-period",
-            "500ms",
-        ],
-    )
-}
-
-fn databases_yaml(replicas: u32) -> String {
-    (0..PARENTS)
-        .map(|i| database(&format!("db-{i}"), replicas, "  backup:\n    enabled: true\n"))
-        .collect::<Vec<_>>()
-        .join("\n---\n")
+    support::fleet::replica(rules, ns, &["--leader-elect"])
 }
 
 /// The Cache whose change times a failover.
@@ -50,18 +26,6 @@ fn probe(megabytes: usize) -> String {
     format!(
         "apiVersion: myorg.io/v1\nkind: Cache\nmetadata:\n  name: probe\nspec:\n  version: \"7\"\n  maxMemory: {megabytes}mb\n"
     )
-}
-
-fn all_backed_up(ns: &str) -> bool {
-    let dbs: Vec<_> = databases(ns)
-        .into_iter()
-        .filter(|db| db["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("db-")))
-        .collect();
-    dbs.len() == PARENTS && dbs.iter().all(backed_up)
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
 }
 
 #[test]
@@ -81,9 +45,9 @@ fn only_the_leader_writes_and_a_killed_leader_is_replaced_within_the_lease_durat
 
     let resources = ["services", "statefulsets", "jobs", "databases", "deployments", "caches"];
     let before = apiserver_writes(&resources);
-    apply_yaml(&ns.0, &databases_yaml(1));
+    apply_yaml(&ns.0, &databases_yaml(PARENTS, 1));
     wait_until(WAIT, "20 databases reconciled with their backups", || {
-        all_backed_up(&ns.0)
+        all_backed_up(&ns.0, PARENTS)
     });
     apply_yaml(&ns.0, &probe(1));
     // The API server counts what every process sent: the test's 21 creations and, exactly, what
@@ -113,7 +77,7 @@ fn only_the_leader_writes_and_a_killed_leader_is_replaced_within_the_lease_durat
     let mut failovers = Vec::new();
     for round in 1..=ROUNDS {
         let replicas_now = u32::try_from(round + 1).expect("small");
-        apply_yaml(&ns.0, &databases_yaml(replicas_now));
+        apply_yaml(&ns.0, &databases_yaml(PARENTS, replicas_now));
         // Kill it somewhere in the middle of reconciling the new generation.
         std::thread::sleep(Duration::from_millis(50 * round as u64));
         let leader = replicas.iter().position(Operator::leads).expect("a leader");
@@ -141,7 +105,7 @@ fn only_the_leader_writes_and_a_killed_leader_is_replaced_within_the_lease_durat
         assert!(replicas[0].leads());
         replicas.push(replica(rules.path(), &ns.0));
         wait_until(WAIT, "every database backed up at its new generation", || {
-            all_backed_up(&ns.0)
+            all_backed_up(&ns.0, PARENTS)
         });
     }
     failovers.sort();

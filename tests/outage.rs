@@ -9,6 +9,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::fleet::jobs_per_parent;
 use support::*;
 
 const PARENTS: usize = 30;
@@ -27,18 +28,6 @@ fn converged(ns: &str) -> usize {
             [generation, observed, "Done"] if !generation.is_empty() && generation == observed)
     })
     .count()
-}
-
-/// Backup Jobs per parent, from their `app` label.
-fn jobs_per_parent(ns: &str) -> std::collections::BTreeMap<String, usize> {
-    let mut counts = std::collections::BTreeMap::new();
-    for app in get(ns, "jobs", "{range .items[*]}{.metadata.labels.app}{\"\\n\"}{end}")
-        .lines()
-        .filter(|l| !l.is_empty())
-    {
-        *counts.entry(app.to_owned()).or_insert(0) += 1;
-    }
-    counts
 }
 
 #[test]

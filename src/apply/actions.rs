@@ -1,11 +1,20 @@
-//! Running a guarded action: record the intent, act with the idempotency key, record completion.
+//! Running a guarded action: act with the idempotency key, then record the run.
 //!
-//! Why never simply re-run: the effect (a backup, a webhook) is not idempotent. The intent
-//! record is written with the parent's resourceVersion as a precondition, so of two writers
-//! that read the same parent only one records it; whoever acts next, acts under that one key.
-//! A created object's name derives from the key, so a repeat meets AlreadyExists; a webhook
-//! receives the key as `Idempotency-Key` and must deduplicate. Delivery is therefore
-//! exactly-once in effect for `create`, at-least-once with a stable key for `http`.
+//! Why never simply re-run: the effect (a backup, a webhook) is not idempotent. The key is a
+//! function of the parent and its completed-run record (parent UID, action id, guard value), so
+//! every attempt at one run acts under the same key until its completion is recorded.
+//!
+//! A `create` action needs no write before it acts: the created object's name derives from the
+//! key, so the name itself is the lock. A repeat (a crash before the record, a second operator,
+//! a stale cache) meets AlreadyExists and counts as done: at most one object per key exists,
+//! exactly-once in effect. Its run is recorded once, in the same status write as the plan's
+//! status when it is the reconcile's last action.
+//!
+//! An `http` action has no such lock, so it first records its intent (`phase: Pending`) with the
+//! parent's resourceVersion as a precondition: of two writers that read the same parent only one
+//! records it and sends, a stale cache fails with 409 before anything is sent, and a `Pending`
+//! record is resumed with its own key even after the guard value moved on. The receiver gets the
+//! key as `Idempotency-Key` and must deduplicate: at-least-once with a stable key.
 
 use std::time::Duration;
 
@@ -37,38 +46,42 @@ pub async fn run(
         return Ok(());
     };
     let id = decision.id.as_str();
-    let record = RunRecord::read(parent, id);
-    // Every attempt, a resumed one too, first records its intent under the resourceVersion the
-    // decision was made on: if the cache was stale (another writer, or our own last write not
-    // seen yet) the write fails with 409 and the reconcile retries on fresh state.
-    let same_key = record.as_ref().is_some_and(|r| &r.key == key);
-    let runs = record.as_ref().map_or(0, |r| r.runs) + u64::from(!same_key);
-    let attempts = if same_key {
-        record.as_ref().map_or(0, |r| r.attempts)
-    } else {
-        0
-    } + 1;
-    let resource_version = parent
-        .pointer("/metadata/resourceVersion")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let intent = json!({
-        "metadata": {"resourceVersion": resource_version},
-        "status": {"actions": {id: {
-            "key": key, "guardValue": guard_value, "phase": phase::PENDING,
-            "startedAt": now, "completedAt": null, "runs": runs, "attempts": attempts,
-        }}},
+    let record = RunRecord::read(parent, id).filter(|r| &r.key == key);
+    let runs = RunRecord::read(parent, id).map_or(0, |r| r.runs) + u64::from(record.is_none());
+    let attempt = record.as_ref().map_or(0, |r| r.attempts) + 1;
+    // A retry keeps the run's start: an `on: delete` action's timeout counts from it.
+    let started_at = record
+        .as_ref()
+        .and_then(|r| r.started_at.clone())
+        .unwrap_or_else(|| now.to_owned());
+    let run = json!({
+        "key": key, "guardValue": guard_value, "startedAt": started_at, "runs": runs, "attempts": attempt,
     });
-    *parent = match cluster.patch_status(handle, &intent).await {
-        Ok(updated) => updated,
-        Err(kube::Error::Api(status)) if status.code == 409 => return Err(ApplyError::Conflict(id.to_owned())),
-        Err(e) => return Err(ApplyError::Status(Box::new(e))),
-    };
+    if let Effect::Http(_) = effect {
+        // Every attempt, a resumed one too, first records its intent under the resourceVersion
+        // the decision was made on: if the cache was stale (another writer, or our own last
+        // write not seen yet) the write fails with 409 and nothing is sent.
+        let resource_version = parent
+            .pointer("/metadata/resourceVersion")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let mut intent = run.clone();
+        intent["phase"] = json!(phase::PENDING);
+        intent["completedAt"] = Value::Null;
+        let intent = json!({
+            "metadata": {"resourceVersion": resource_version},
+            "status": {"actions": {id: intent}},
+        });
+        *parent = match cluster.patch_status(handle, &intent).await {
+            Ok(updated) => updated,
+            Err(kube::Error::Api(status)) if status.code == 409 => return Err(ApplyError::Conflict(id.to_owned())),
+            Err(e) => return Err(ApplyError::Status(Box::new(e))),
+        };
+    }
     let outcome = match effect {
         Effect::Create(object) => create(cluster, object).await,
         Effect::Http(request) => send(request, key).await,
     };
-    let attempt = RunRecord::read(parent, id).map_or(1, |r| r.attempts);
     let conditions = parent
         .pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -78,7 +91,7 @@ pub async fn run(
         .pointer("/metadata/generation")
         .and_then(Value::as_i64)
         .unwrap_or(0);
-    let (record_patch, wanted) = match &outcome {
+    let (outcome_patch, wanted) = match &outcome {
         Ok(()) => {
             let mut wanted = Vec::new();
             for condition in spec
@@ -126,6 +139,10 @@ pub async fn run(
         .into_iter()
         .chain(finish.iter().flat_map(|d| d.conditions.clone()))
         .collect();
+    let mut record_patch = run;
+    if let (Some(record), Some(outcome)) = (record_patch.as_object_mut(), outcome_patch.as_object()) {
+        record.extend(outcome.clone());
+    }
     let mut status = json!({
         "actions": {id: record_patch},
         "conditions": merge_conditions(&conditions, &wanted, generation, now),

@@ -57,10 +57,13 @@ pub async fn apply_child(
     let params = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
     cluster.count_write("PATCH", &target.kind);
     match api.patch(&target.name, &params, &Patch::Apply(&desired)).await {
-        Ok(_) => Ok(if live.is_some() {
-            ChildOutcome::Updated
-        } else {
-            ChildOutcome::Created
+        Ok(applied) => Ok({
+            remember(cluster, child, applied.metadata.resource_version.as_deref());
+            if live.is_some() {
+                ChildOutcome::Updated
+            } else {
+                ChildOutcome::Created
+            }
         }),
         Err(kube::Error::Api(status)) if is_immutable(&status) => match child.on_immutable_change {
             ImmutableChangePolicy::Report => Err(ApplyError::Immutable {
@@ -70,12 +73,14 @@ pub async fn apply_child(
             ImmutableChangePolicy::Recreate => {
                 delete(cluster, target).await?;
                 cluster.count_write("PATCH", &target.kind);
-                api.patch(&target.name, &params, &Patch::Apply(&desired))
+                let applied = api
+                    .patch(&target.name, &params, &Patch::Apply(&desired))
                     .await
                     .map_err(|source| ApplyError::Child {
                         target: target.clone(),
                         source: Box::new(source),
                     })?;
+                remember(cluster, child, applied.metadata.resource_version.as_deref());
                 Ok(ChildOutcome::Recreated)
             }
         },
@@ -87,6 +92,18 @@ pub async fn apply_child(
             target: target.clone(),
             source: Box::new(source),
         }),
+    }
+}
+
+/// Remembers an applied child's resourceVersion until its cache shows it (see [`super::WrittenParents`]).
+fn remember(cluster: &Cluster<'_>, child: &DesiredChild, version: Option<&str>) {
+    let uid = child
+        .object
+        .pointer("/metadata/labels")
+        .and_then(|labels| labels.get(crate::plan::context::LABEL_PARENT_UID))
+        .and_then(Value::as_str);
+    if let (Some(uid), Some(version)) = (uid, version.and_then(|v| v.parse::<u64>().ok())) {
+        cluster.written.record_child(uid, &child.target, Some(version));
     }
 }
 

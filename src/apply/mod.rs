@@ -107,38 +107,121 @@ impl ApplyError {
     }
 }
 
-/// The parent objects our own status writes returned, by UID, until the cache catches up.
+/// What our own writes left, by parent UID, until the caches catch up: the parent as our last
+/// status write returned it, and the resourceVersion each child write returned (or that it
+/// deleted the child).
 ///
-/// Our writes reach the cache through the watch, a moment later; a reconcile triggered in
-/// between (by our own child creations) would plan on the older parent, decide an action is due
-/// again, and only learn otherwise from a 409 on its intent write.
+/// Our writes reach the caches through the watches, a moment later; a reconcile triggered in
+/// between (by our own finalizer or status write) would plan on the older state: decide an
+/// action is due again, or apply a child it created a moment before once more (a second write
+/// and a second Event for nothing).
 #[derive(Debug, Default)]
-pub struct WrittenParents(std::sync::Mutex<std::collections::HashMap<String, Value>>);
+pub struct WrittenParents {
+    parents: std::sync::Mutex<std::collections::HashMap<String, Value>>,
+    children: std::sync::Mutex<std::collections::HashMap<String, std::collections::HashMap<ObjectRef, Option<u64>>>>,
+}
+
+/// A resourceVersion as a number: the API server takes it from etcd's monotonic revision.
+fn resource_version(object: &Value) -> Option<u64> {
+    object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)?
+        .parse::<u64>()
+        .ok()
+}
 
 impl WrittenParents {
     fn record(&self, uid: &str, parent: &Value) {
-        if let Ok(mut written) = self.0.lock() {
-            written.insert(uid.to_owned(), parent.clone());
+        // Kept like the cache keeps it: a write returns managedFields too.
+        let mut parent = parent.clone();
+        if let Some(metadata) = parent.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("managedFields");
+            if let Some(annotations) = metadata.get_mut("annotations").and_then(Value::as_object_mut) {
+                annotations.remove(crate::watch::LAST_APPLIED);
+            }
         }
+        if let Ok(mut written) = self.parents.lock() {
+            written.insert(uid.to_owned(), parent);
+        }
+    }
+
+    /// Forgets what we wrote for parent `uid` once the cache holds that version or a newer one
+    /// (the parent watch delivered it), rather than at the parent's next reconcile, which may be
+    /// a resync period away.
+    pub fn caught_up(&self, uid: &str, cached_version: Option<&str>) {
+        let Some(cached) = cached_version.and_then(|v| v.parse::<u64>().ok()) else {
+            return;
+        };
+        if let Ok(mut written) = self.parents.lock()
+            && written
+                .get(uid)
+                .and_then(resource_version)
+                .is_some_and(|ours| ours <= cached)
+        {
+            written.remove(uid);
+        }
+    }
+
+    /// Remembers a write to a child of parent `uid`: the resourceVersion it returned, `None`
+    /// for a delete.
+    pub fn record_child(&self, uid: &str, target: &ObjectRef, version: Option<u64>) {
+        if let Ok(mut children) = self.children.lock() {
+            children
+                .entry(uid.to_owned())
+                .or_default()
+                .insert(target.clone(), version);
+        }
+    }
+
+    /// Whether `cached` (the parent's children in the caches) lacks one of our child writes:
+    /// an object older than we wrote it, or one we deleted still there. Forgets the writes the
+    /// caches have caught up with.
+    pub fn children_unseen(&self, uid: &str, cached: &[Value]) -> bool {
+        let Ok(mut children) = self.children.lock() else {
+            return false;
+        };
+        let Some(written) = children.get_mut(uid) else {
+            return false;
+        };
+        written.retain(|target, version| {
+            let live = cached.iter().find(|c| ObjectRef::of(c).as_ref() == Some(target));
+            match (version, live) {
+                (Some(ours), Some(live)) => resource_version(live) < Some(*ours),
+                (Some(_), None) => true,
+                (None, Some(live)) => live.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null),
+                (None, None) => false,
+            }
+        });
+        let unseen = !written.is_empty();
+        if !unseen {
+            children.remove(uid);
+        }
+        unseen
     }
 
     /// Forgets one parent (it was deleted).
     pub fn forget(&self, uid: &str) {
-        if let Ok(mut written) = self.0.lock() {
+        if let Ok(mut written) = self.parents.lock() {
             written.remove(uid);
+        }
+        if let Ok(mut children) = self.children.lock() {
+            children.remove(uid);
         }
     }
 
     /// Keeps only these parents (the others are gone).
     pub fn retain(&self, live: &std::collections::HashSet<String>) {
-        if let Ok(mut written) = self.0.lock() {
+        if let Ok(mut written) = self.parents.lock() {
             written.retain(|uid, _| live.contains(uid));
+        }
+        if let Ok(mut children) = self.children.lock() {
+            children.retain(|uid, _| live.contains(uid));
         }
     }
 
-    /// Parents remembered.
+    /// Parents remembered (in either map).
     pub fn len(&self) -> usize {
-        self.0.lock().map_or(0, |written| written.len())
+        self.parents.lock().map_or(0, |written| written.len()) + self.children.lock().map_or(0, |c| c.len())
     }
 
     /// Whether no parent is remembered.
@@ -146,18 +229,14 @@ impl WrittenParents {
         self.len() == 0
     }
 
-    /// The newer of `cached` and what we last wrote for `uid` (by resourceVersion, which the
-    /// API server takes from etcd's monotonic revision); forgets what the cache has caught up with.
+    /// The newer of `cached` and what we last wrote for `uid` (by resourceVersion); forgets
+    /// what the cache has caught up with.
     pub fn newest(&self, uid: &str, cached: Value) -> Value {
-        let version = |v: &Value| {
-            v.pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)?
-                .parse::<u64>()
-                .ok()
+        let Ok(mut written) = self.parents.lock() else {
+            return cached;
         };
-        let Ok(mut written) = self.0.lock() else { return cached };
         match written.get(uid) {
-            Some(ours) if version(ours) > version(&cached) => ours.clone(),
+            Some(ours) if resource_version(ours) > resource_version(&cached) => ours.clone(),
             Some(_) => {
                 written.remove(uid);
                 cached
@@ -173,8 +252,10 @@ pub struct Cluster<'a> {
     pub client: &'a Client,
     /// Resolved kinds.
     pub kinds: &'a Kinds,
-    /// Publishes Events.
+    /// Publishes the drift-fight Warning (kube's recorder).
     pub recorder: &'a Recorder,
+    /// Publishes every other Event, folding repeats into series.
+    pub events: &'a std::sync::Arc<events::EventLog>,
     /// Counters.
     pub admin: &'a AdminState,
     /// Parents as our own status writes left them.
@@ -237,4 +318,49 @@ pub struct ParentHandle {
     pub kind: String,
     /// Its reference, for Events.
     pub reference: k8s_openapi::api::core::v1::ObjectReference,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn service(name: &str, version: &str, deleting: bool) -> Value {
+        let mut object = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "shop", "resourceVersion": version}});
+        if deleting {
+            object["metadata"]["deletionTimestamp"] = json!("2026-11-30T10:00:00Z");
+        }
+        object
+    }
+
+    fn target(name: &str) -> ObjectRef {
+        ObjectRef::of(&service(name, "1", false)).expect("a reference")
+    }
+
+    #[test]
+    fn our_child_writes_are_unseen_until_the_cache_holds_them_then_forgotten() {
+        let written = WrittenParents::default();
+        assert!(
+            !written.children_unseen("p", &[]),
+            "nothing written, nothing to wait for"
+        );
+        written.record_child("p", &target("a"), Some(12));
+        written.record_child("p", &target("gone"), None);
+        assert!(
+            written.children_unseen("p", &[service("gone", "9", false)]),
+            "a not seen yet"
+        );
+        assert!(written.children_unseen("p", &[service("a", "11", false), service("gone", "9", false)]));
+        assert!(
+            written.children_unseen("p", &[service("a", "12", false), service("gone", "9", false)]),
+            "a caught up, the deleted one is still cached"
+        );
+        assert!(
+            !written.children_unseen("p", &[service("gone", "9", true)]),
+            "being deleted counts"
+        );
+        assert!(written.is_empty(), "everything seen is forgotten");
+    }
 }

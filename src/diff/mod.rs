@@ -51,8 +51,11 @@ pub struct Writes {
     pub creates: usize,
     /// Deletes of children no longer desired.
     pub prunes: usize,
-    /// Action runs (each is an intent record, the effect and a completion record).
+    /// Action runs.
     pub action_runs: usize,
+    /// Their writes: a `create` run is the object and its record (the name is the lock); an
+    /// `http` run also records its intent first.
+    pub action_writes: usize,
     /// Status patches not folded into an action's completion record.
     pub status: usize,
     /// Patches adding or removing the parent's finalizer.
@@ -62,7 +65,7 @@ pub struct Writes {
 impl Writes {
     /// Every write request.
     pub fn total(&self) -> usize {
-        self.updates + self.creates + self.prunes + 3 * self.action_runs + self.status + self.finalizer
+        self.updates + self.creates + self.prunes + self.action_writes + self.status + self.finalizer
     }
 
     fn add(&mut self, other: Writes) {
@@ -70,6 +73,7 @@ impl Writes {
         self.creates += other.creates;
         self.prunes += other.prunes;
         self.action_runs += other.action_runs;
+        self.action_writes += other.action_writes;
         self.status += other.status;
         self.finalizer += other.finalizer;
     }
@@ -94,7 +98,7 @@ impl Report {
         let w = &self.writes;
         format!(
             "{} parent(s) would change, {} unchanged; {} write(s): {} child update(s), {} create(s), \
-             {} prune(s), {} action run(s) (3 writes each), {} status write(s), {} finalizer write(s) \
+             {} prune(s), {} action run(s) ({} writes), {} status write(s), {} finalizer write(s) \
              (Events not counted)",
             self.affected,
             self.unchanged,
@@ -103,6 +107,7 @@ impl Report {
             w.creates,
             w.prunes,
             w.action_runs,
+            w.action_writes,
             w.status,
             w.finalizer
         )
@@ -455,6 +460,10 @@ impl ParentContext<'_> {
         let mut runs = 0;
         for decision in plan.actions.iter().filter(|a| a.run) {
             runs += 1;
+            writes.action_writes += match &decision.effect {
+                Some(Effect::Http(_)) => 3,
+                _ => 2,
+            };
             let effect = match &decision.effect {
                 Some(Effect::Create(object)) => ObjectRef::of(object)
                     .map(|target| format!(": creates {target}"))
@@ -616,15 +625,16 @@ mod tests {
     }
 
     #[test]
-    fn an_action_run_counts_its_intent_effect_and_completion() {
+    fn an_action_run_counts_its_effect_and_record_and_an_http_run_its_intent_too() {
         let writes = Writes {
             updates: 1,
             creates: 2,
             prunes: 1,
-            action_runs: 1,
+            action_runs: 2,
+            action_writes: 2 + 3,
             status: 1,
             finalizer: 1,
         };
-        assert_eq!(writes.total(), 9);
+        assert_eq!(writes.total(), 11);
     }
 }

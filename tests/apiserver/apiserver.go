@@ -43,15 +43,16 @@ type apiServer struct {
 // k8s.io/kubernetes/cmd/kube-apiserver/app.NewAPIServerCommand and
 // app/testing.StartTestServer) and waits until /readyz is ok. It stops when
 // ctx is cancelled. port 0 picks a free port; another port is bound again
-// (a restart with the same data dir).
-func startAPIServer(ctx context.Context, creds *credentials, etcdURL string, port int) (*apiServer, error) {
+// (a restart with the same data dir). node admits Pods as a cluster with
+// nodes does (see apiserverArgs).
+func startAPIServer(ctx context.Context, creds *credentials, etcdURL string, port int, node bool) (*apiServer, error) {
 	listener, err := listenLoopback(port)
 	if err != nil {
 		return nil, err
 	}
 	port = listener.Addr().(*net.TCPAddr).Port
 
-	opts, err := apiserverOptions(creds, etcdURL, port)
+	opts, err := apiserverOptions(apiserverArgs(creds, etcdURL, port, node))
 	if err != nil {
 		listener.Close()
 		return nil, err
@@ -93,7 +94,15 @@ func listenLoopback(port int) (net.Listener, error) {
 }
 
 // apiserverArgs are the kube-apiserver command-line flags of the test plane.
-func apiserverArgs(creds *credentials, etcdURL string, port int) []string {
+// Without a node the ServiceAccount admission plugin is off: no controller
+// creates the default ServiceAccounts it requires of every Pod. With a node
+// (--node) it is on, so Pods get their projected service-account token and
+// in-cluster config works.
+func apiserverArgs(creds *credentials, etcdURL string, port int, node bool) []string {
+	disabledAdmission := "ServiceAccount"
+	if node {
+		disabledAdmission = ""
+	}
 	return []string{
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -107,22 +116,25 @@ func apiserverArgs(creds *credentials, etcdURL string, port int) []string {
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-account-key-file=" + creds.serviceAccount,
 		"--service-account-signing-key-file=" + creds.serviceAccount,
-		"--disable-admission-plugins=ServiceAccount",
+		"--disable-admission-plugins=" + disabledAdmission,
 		"--service-cluster-ip-range=" + serviceClusterIPRange,
 		"--endpoint-reconciler-type=none",
 		"--shutdown-watch-termination-grace-period=" + watchTerminationGrace,
+		// The node's name resolves nowhere: reach its kubelet (logs, exec)
+		// at its address on this machine, never through DNS.
+		"--kubelet-preferred-address-types=InternalIP",
 	}
 }
 
-// apiserverOptions parses apiserverArgs into kube-apiserver's own options, as
-// the real binary would.
-func apiserverOptions(creds *credentials, etcdURL string, port int) (*options.ServerRunOptions, error) {
+// apiserverOptions parses args (apiserverArgs) into kube-apiserver's own
+// options, as the real binary would.
+func apiserverOptions(args []string) (*options.ServerRunOptions, error) {
 	opts := options.NewServerRunOptions()
 	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, set := range opts.Flags().FlagSets {
 		fs.AddFlagSet(set)
 	}
-	if err := fs.Parse(apiserverArgs(creds, etcdURL, port)); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if err := opts.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {

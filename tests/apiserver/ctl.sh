@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Builds, starts and stops the test control plane (etcd + kube-apiserver +
-# garbage-collector and namespace controllers in one process, see main.go).
+# garbage-collector and namespace controllers in one process, see main.go),
+# and with --node a node beside it (tests/node/node.sh: containerd, kubelet,
+# kube-scheduler, kube-controller-manager's workload controllers).
 #
-#   ctl.sh build             build bin/apiserver
+#   ctl.sh build             build bin/apiserver (also the node's components)
 #   ctl.sh start [ARGS...]   start a fresh one in the background, wait for READY
 #                            and print `export KUBECONFIG=...`; ARGS go to the binary
-#   ctl.sh stop              SIGTERM it, wait until it is gone, remove its data
+#   ctl.sh start --node [ARGS...]
+#                            the same, then start the node and wait until it is
+#                            Ready and runs a static pod (needs root, containerd,
+#                            runc and the CNI plugins: `tests/node/node.sh setup`)
+#   ctl.sh stop              stop the node (every pod, mount, cgroup, the bridge),
+#                            SIGTERM the control plane, wait until it is gone,
+#                            remove its data
 #   ctl.sh restart [SECONDS] SIGTERM it, keep its data, wait SECONDS (default 0),
 #                            start it again: same port, CA, tokens, etcd data, so
 #                            clients and the KUBECONFIG from start keep working
@@ -19,6 +27,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin="$here/bin/apiserver"
+node="$here/../node/node.sh"
 state="${RULEOP_APISERVER_STATE:-/tmp/ruleop-apiserver}"
 ready_timeout="${RULEOP_APISERVER_READY_TIMEOUT:-120}"
 pidfile="$state/pid"
@@ -43,7 +52,14 @@ running_pid() {
 cmd_build() {
   command -v go >/dev/null || die "go is not installed"
   local start=$SECONDS
-  (cd "$here" && go build -o "$bin" .)
+  # Stamp the Kubernetes version as its release builds do (a node reports it).
+  local version
+  version="$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+  local minor="${version#v1.}"
+  minor="${minor%%.*}"
+  (cd "$here" && go build -o "$bin" -ldflags "-X k8s.io/component-base/version.gitVersion=$version \
+    -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
+    -X k8s.io/component-base/version.gitTreeState=clean" .)
   echo "built $bin in $((SECONDS - start))s" >&2
 }
 
@@ -58,6 +74,12 @@ cmd_start() {
   : >"$argsfile"
   if (($#)); then printf '%s\0' "$@" >"$argsfile"; fi
   launch "$@"
+  local arg
+  for arg in "$@"; do
+    if [[ "$arg" == --node ]]; then
+      "$node" start "$state" || { "$node" stop "$state" || true; terminate >&2 || true; die "the node did not start"; }
+    fi
+  done
 }
 
 # launch [ARGS...]: starts the binary on $datadir and waits for READY.
@@ -113,6 +135,9 @@ terminate() {
 }
 
 cmd_stop() {
+  if [[ -d "$state/node" ]]; then
+    "$node" stop "$state"
+  fi
   terminate
   rm -rf "$datadir" "$kubeconfig" "$argsfile"
 }

@@ -13,6 +13,10 @@
 // certificate, admin token and service-account key, so kubeconfigs and
 // ServiceAccount tokens from before the restart keep working. Logs go to
 // stderr only.
+//
+// The same binary is also the node's kubelet, kube-scheduler and
+// kube-controller-manager (`apiserver kubelet FLAGS...`, see components.go),
+// which tests/node/node.sh starts for `ctl.sh start --node`.
 package main
 
 import (
@@ -40,9 +44,11 @@ type cliFlags struct {
 	verbosity     int
 	gcSyncPeriod  time.Duration
 	stdinWatch    bool
+	node          bool
 }
 
 func main() {
+	runComponent()
 	flags := parseFlags()
 	configureLogging(flags.verbosity)
 	if err := run(flags); err != nil {
@@ -60,6 +66,7 @@ func parseFlags() cliFlags {
 	flag.IntVar(&f.verbosity, "v", -1, "log verbosity: -1 logs errors only; 0 and up also logs klog info at that level")
 	flag.DurationVar(&f.gcSyncPeriod, "gc-sync-period", 2*time.Second, "how often the garbage collector re-reads discovery (picks up new CRDs)")
 	flag.BoolVar(&f.stdinWatch, "exit-with-stdin", false, "shut down when stdin reaches EOF (the parent that piped it has exited)")
+	flag.BoolVar(&f.node, "node", false, "serve a node (tests/node): admit Pods with their service-account tokens")
 	flag.Parse()
 	return f
 }
@@ -168,7 +175,7 @@ func startControlPlane(parent context.Context, dir string, flags cliFlags) (plan
 	if err != nil {
 		return plane, fmt.Errorf("credentials: %w", err)
 	}
-	if plane.apiserver, err = startAPIServer(ctx, creds, plane.etcd.clientURL, saved.APIServerPort); err != nil {
+	if plane.apiserver, err = startAPIServer(ctx, creds, plane.etcd.clientURL, saved.APIServerPort, flags.node); err != nil {
 		return plane, fmt.Errorf("kube-apiserver: %w", err)
 	}
 	current := endpoints{APIServerPort: plane.apiserver.port, EtcdClientURL: plane.etcd.clientURL, EtcdPeerURL: plane.etcd.peerURL}

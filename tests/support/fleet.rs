@@ -2,10 +2,54 @@
 //! wrote, and what the parents and their backup Jobs look like.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Operator, kubectl_ok};
+use super::{Operator, database, kubectl_ok, templates};
+
+/// Lease timing for tests, so a failover takes seconds: lease 4 s, renew 3 s, retry 0.5 s.
+pub const LEASE: Duration = Duration::from_secs(4);
+const SHORT_LEASES: [&str; 6] = [
+    "--lease-duration",
+    "4s",
+    "--renew-deadline",
+    "3s",
+    "--retry-period",
+    "500ms",
+];
+
+/// A replica with the shipped templates, its leases in `ns` with the short test timing
+/// ([`LEASE`]), and `extra` flags (`--leader-elect`, `--shards 12`).
+pub fn replica(rules: &Path, ns: &str, extra: &[&str]) -> Operator {
+    let mut flags = vec!["--lease-namespace", ns];
+    flags.extend(SHORT_LEASES);
+    flags.extend(extra);
+    Operator::start_with(rules, &templates(), ns, &flags)
+}
+
+/// `count` Databases `db-0`, `db-1`, ... with `replicas` and backups enabled, as one YAML stream.
+pub fn databases_yaml(count: usize, replicas: u32) -> String {
+    (0..count)
+        .map(|i| database(&format!("db-{i}"), replicas, "  backup:\n    enabled: true\n"))
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+/// Whether every one of the `count` Databases `db-*` in `ns` is backed up at its generation.
+pub fn all_backed_up(ns: &str, count: usize) -> bool {
+    let dbs: Vec<_> = databases(ns)
+        .into_iter()
+        .filter(|db| db["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("db-")))
+        .collect();
+    dbs.len() == count && dbs.iter().all(backed_up)
+}
+
+/// The `p`th percentile of sorted durations.
+pub fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
 
 /// An unlabelled gauge from a `/metrics` text (`ruleop_leader{} 1` or `ruleop_leader 1`).
 pub fn gauge(text: &str, name: &str) -> Option<i64> {
@@ -32,6 +76,45 @@ impl Operator {
         let text = self.get("/metrics").unwrap_or_default();
         super::sum_metric(&text, "ruleop_api_writes_total", &[])
             - super::sum_metric(&text, "ruleop_api_writes_total", &[("kind", "Event")])
+    }
+
+    /// How many shards this replica holds (`ruleop_shards_held`).
+    pub fn shards_held(&self) -> Option<i64> {
+        self.gauge("ruleop_shards_held")
+    }
+
+    /// The shards this replica holds, from `ruleop_shard_leader{shard}`.
+    pub fn shards(&self) -> Vec<u32> {
+        let text = self.get("/metrics").unwrap_or_default();
+        shard_series(&text, "ruleop_shard_leader")
+            .into_iter()
+            .filter(|(_, v)| *v == 1)
+            .map(|(shard, _)| shard)
+            .collect()
+    }
+
+    /// Reconciles this replica ran per shard, from `ruleop_shard_reconciles_total{shard}`.
+    pub fn shard_reconciles(&self) -> BTreeMap<u32, u64> {
+        let text = self.get("/metrics").unwrap_or_default();
+        shard_series(&text, "ruleop_shard_reconciles_total")
+            .into_iter()
+            .filter(|(_, v)| *v > 0)
+            .collect()
+    }
+
+    /// CPU time (user + system) the process has used so far, from /proc/<pid>/stat.
+    pub fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces) start at the last ')'.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        // utime and stime are fields 14 and 15 of the line, 11 and 12 (from 0) after the name; the
+        // kernel counts them in USER_HZ, which is 100 on Linux.
+        Duration::from_millis((ticks(11) + ticks(12)) * 10)
     }
 
     /// Memory in use (VmRSS) in bytes, from /proc.
@@ -65,6 +148,15 @@ pub fn jobs_per_parent_and_action(ns: &str) -> BTreeMap<(String, String), usize>
     counts
 }
 
+/// Action Jobs in `ns` per parent, from their `app` label.
+pub fn jobs_per_parent(ns: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for ((app, _), jobs) in jobs_per_parent_and_action(ns) {
+        *counts.entry(app).or_insert(0) += jobs;
+    }
+    counts
+}
+
 /// Every Database in `ns` as JSON.
 pub fn databases(ns: &str) -> Vec<Value> {
     let list: Value =
@@ -79,4 +171,16 @@ pub fn backed_up(db: &Value) -> bool {
     db["status"]["observedGeneration"].as_i64() == Some(generation)
         && db["status"]["actions"]["backup"]["guardValue"].as_str() == Some(&format!("generation={generation}"))
         && db["status"]["actions"]["backup"]["phase"].as_str() == Some("Done")
+}
+
+/// `(shard, value)` of every `name{shard="i"} v` sample of a scrape.
+fn shard_series(text: &str, name: &str) -> Vec<(u32, u64)> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix("{shard=\""))
+        .filter_map(|rest| {
+            let (shard, rest) = rest.split_once('"')?;
+            let value = rest.strip_prefix("} ")?.trim().parse::<f64>().ok()?;
+            Some((shard.parse().ok()?, value as u64))
+        })
+        .collect()
 }

@@ -9,6 +9,7 @@ pub mod custom;
 pub mod exposition;
 pub mod fleet;
 pub mod mount;
+pub mod node;
 pub mod webhook;
 
 use std::io::{BufRead, BufReader};
@@ -31,6 +32,8 @@ pub struct ControlPlane {
     process: Mutex<Option<(Child, ChildStdin)>>,
     /// The data directory of a restartable plane (see [`restartable_control_plane`]).
     data_dir: Option<tempfile::TempDir>,
+    /// Whether it has a node (see [`node_control_plane`]).
+    node: bool,
 }
 
 static PLANE: OnceLock<ControlPlane> = OnceLock::new();
@@ -45,6 +48,7 @@ pub fn control_plane() -> &'static ControlPlane {
                 kubeconfig: PathBuf::from(path),
                 process: Mutex::new(None),
                 data_dir: None,
+                node: false,
             };
         }
         let (child, stdin, kubeconfig) = start_apiserver(&[]);
@@ -52,6 +56,7 @@ pub fn control_plane() -> &'static ControlPlane {
             kubeconfig,
             process: Mutex::new(Some((child, stdin))),
             data_dir: None,
+            node: false,
         }
     })
 }
@@ -68,11 +73,25 @@ pub fn restartable_control_plane() -> &'static ControlPlane {
             kubeconfig,
             process: Mutex::new(Some((child, stdin))),
             data_dir: Some(dir),
+            node: false,
         }
     });
     assert!(
         plane.data_dir.is_some(),
         "restartable_control_plane() must be called before any other use of the control plane"
+    );
+    plane
+}
+
+/// Makes this test binary's control plane the one with a node (tests/node, see [`node`]):
+/// reused from `RULEOP_NODE_KUBECONFIG` (`make test` starts it), or started with `ctl.sh start
+/// --node` and stopped after this process exits. Call it first: it panics if another control
+/// plane is already in use.
+pub fn node_control_plane() -> &'static ControlPlane {
+    let plane = PLANE.get_or_init(node::control_plane);
+    assert!(
+        plane.node,
+        "node_control_plane() must be called before any other use of the control plane"
     );
     plane
 }
@@ -280,6 +299,14 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// The ruleop binary tests run: `RULEOP_BIN` when set (a release build, for measurements),
+/// else the one cargo built for this test binary.
+pub fn binary() -> PathBuf {
+    std::env::var_os("RULEOP_BIN")
+        .filter(|bin| !bin.is_empty())
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ruleop")), PathBuf::from)
+}
+
 /// A `ruleop run` child process, stopped with SIGTERM when dropped.
 pub struct Operator {
     child: Child,
@@ -312,7 +339,7 @@ impl Operator {
         let admin = format!("127.0.0.1:{}", free_port());
         let log = std::env::temp_dir().join(format!("ruleop-{namespace}-{}.log", free_port()));
         let log_file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_ruleop"))
+        let child = Command::new(binary())
             .arg("run")
             .args([
                 "--rules",
@@ -528,6 +555,22 @@ pub fn rules_dir(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
     dir
 }
 
+/// The shipped rules plus a webhook action `notify` (once per generation) to `url`.
+pub fn rules_with_webhook(url: &str) -> tempfile::TempDir {
+    let url = url.to_owned();
+    rules_dir(move |text| {
+        if !text.contains("name: database") {
+            return text.to_owned();
+        }
+        text.replace(
+            "  actions:\n",
+            &format!(
+                "  actions:\n    - id: notify\n      guard: {{generation: true}}\n      http:\n        url: {url}\n        body: '{{\"db\": {{{{ metadata.name | tojson }}}}, \"generation\": {{{{ metadata.generation }}}}}}'\n      record: {{condition: Notified}}\n"
+            ),
+        )
+    })
+}
+
 /// A templates directory: the shipped templates plus `extra` (relative path, text).
 pub fn templates_with(extra: &[(&str, &str)]) -> tempfile::TempDir {
     fn copy(from: &Path, to: &Path) {
@@ -592,4 +635,52 @@ pub fn database(name: &str, replicas: u32, extra_spec: &str) -> String {
     format!(
         "apiVersion: myorg.io/v1\nkind: Database\nmetadata:\n  name: {name}\nspec:\n  version: \"16\"\n  replicas: {replicas}\n  storage:\n    size: 1Gi\n{extra_spec}"
     )
+}
+
+/// Write requests (POST, PUT, PATCH, APPLY) the API server has served for `resources`, from its
+/// own `apiserver_request_total`, by `"VERB resource[.group][/subresource]"` with the response
+/// code appended when it is not a success (`"POST jobs.batch 409"`), dry runs left out. Two readings
+/// subtracted with [`count_difference`] give one scenario's writes, verb by verb.
+pub fn apiserver_write_counts(resources: &[&str]) -> std::collections::BTreeMap<String, u64> {
+    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the scrape parses");
+    let mut counts = std::collections::BTreeMap::new();
+    for sample in scrape.samples.iter().filter(|s| s.metric == "apiserver_request_total") {
+        let label = |name: &str| sample.labels.get(name).unwrap_or_default();
+        let (verb, resource, code) = (label("verb"), label("resource"), label("code"));
+        if !["POST", "PUT", "PATCH", "APPLY"].contains(&verb)
+            || !resources.contains(&resource)
+            || !label("dry_run").is_empty()
+        {
+            continue;
+        }
+        let mut key = format!("{verb} {resource}");
+        if !label("group").is_empty() {
+            key = format!("{key}.{}", label("group"));
+        }
+        if !label("subresource").is_empty() {
+            key = format!("{key}/{}", label("subresource"));
+        }
+        if !code.starts_with('2') {
+            key = format!("{key} {code}");
+        }
+        let value = match sample.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v as u64,
+            _ => 0,
+        };
+        *counts.entry(key).or_insert(0) += value;
+    }
+    counts
+}
+
+/// `after - before` of two [`apiserver_write_counts`] readings, without the entries that did not move.
+pub fn count_difference(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(key, n)| (key.clone(), n - before.get(key).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }

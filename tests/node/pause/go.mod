@@ -1,0 +1,3 @@
+module ruleop.test/pause
+
+go 1.25.0
