@@ -619,6 +619,82 @@ impl Manager {
 mod tests {
     use super::*;
 
+    /// A client whose every request answers 200 `{}` and is counted.
+    fn counting_client() -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = sent.clone();
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async {
+                Ok::<_, BoxError>(
+                    http::Response::builder()
+                        .status(200)
+                        .body(kube::client::Body::from(b"{}".to_vec()))
+                        .expect("response"),
+                )
+            }
+        });
+        (Client::new(service, "default"), sent)
+    }
+
+    fn post() -> http::Request<kube::client::Body> {
+        http::Request::builder()
+            .method(http::Method::POST)
+            .uri("/api/v1/namespaces/default/configmaps")
+            .body(kube::client::Body::from(b"{}".to_vec()))
+            .expect("request")
+    }
+
+    #[tokio::test]
+    async fn a_shard_writes_only_while_its_lease_is_held() {
+        let (base, sent) = counting_client();
+        let writers = Writers::sharded(&base, 4, &Reporter::from("ruleop"));
+        let (mine, other) = (writers.of("uid-a").index(), (writers.of("uid-a").index() + 1) % 4);
+        let mut taken = writers.subscribe();
+        writers.acquire(mine, Instant::now() + std::time::Duration::from_secs(10));
+        assert_eq!(
+            futures::StreamExt::next(&mut taken).await,
+            Some(mine),
+            "the controllers hear of it"
+        );
+        assert!(writers.of("uid-a").held());
+        writers
+            .of("uid-a")
+            .client
+            .send(post())
+            .await
+            .expect("the holder writes");
+        let refused = writers.shards[other as usize].client.send(post()).await;
+        assert!(
+            refused
+                .expect_err("another shard is fenced")
+                .to_string()
+                .contains("does not hold the lease"),
+            "a write for a shard not held is refused"
+        );
+        let read = http::Request::builder()
+            .uri("/api/v1/namespaces/default/configmaps")
+            .body(kube::client::Body::empty())
+            .expect("request");
+        writers.shards[other as usize]
+            .client
+            .send(read)
+            .await
+            .expect("reads pass");
+        writers.drop_shard(mine);
+        assert!(!writers.of("uid-a").held());
+        assert!(
+            writers.of("uid-a").client.send(post()).await.is_err(),
+            "no write once given up"
+        );
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            2,
+            "one write and one read reached the API server"
+        );
+        assert_eq!(writers.held(), BTreeSet::new());
+    }
+
     #[test]
     fn fnv1a_matches_the_specification_vectors() {
         // From the FNV specification's test suite (draft-eastlake-fnv, FNV-1a 64-bit).
