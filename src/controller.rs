@@ -721,6 +721,11 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
     if matches!(error, ReconcileError::Apply(ApplyError::Conflict(_))) {
         return Action::requeue(Duration::from_millis(200));
     }
+    // A write the lease fence refused: a renewal running late (the fence reopens when it lands)
+    // or the lease lost (the next reconcile skips the parent). Neither is the parent's failure.
+    if crate::leader::is_fenced(error) {
+        return Action::requeue(Duration::from_millis(500));
+    }
     let uid = parent.uid().unwrap_or_default();
     let failures = ctx.failures.lock().map_or(1, |mut failures| {
         let count = failures.entry(uid).or_insert(0);
@@ -740,8 +745,15 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
     Action::requeue(delay)
 }
 
+/// How much later than the parents changed since their last reconcile the rest of a taken
+/// shard's parents are queued.
+const SETTLED_PARENTS_DELAY: Duration = Duration::from_millis(250);
+
 /// References to the cached parents of each shard as this replica takes it: they were skipped
-/// while another replica held the shard, so nothing else would reconcile them now.
+/// while another replica held the shard, so nothing else would reconcile them now. Parents
+/// changed since their last reconcile (`status.observedGeneration` behind) come first and the
+/// rest a moment later: the controller's queue keeps no order among parents due at once, and
+/// after a failover the changed ones are what waited.
 fn parents_of_taken_shards(
     writers: &Arc<crate::shard::Writers>,
     store: kube::runtime::reflector::Store<DynamicObject>,
@@ -749,19 +761,28 @@ fn parents_of_taken_shards(
 ) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
     let shards = writers.count();
     writers.subscribe().flat_map(move |shard| {
-        let mut parents: Vec<_> = store
+        let (changed, settled): (Vec<_>, Vec<_>) = store
             .state()
             .into_iter()
             .filter(|p| crate::shard::shard_of(&p.uid().unwrap_or_default(), shards) == shard)
-            .collect();
-        // Parents changed since their last reconcile first: they are what waited for the shard.
-        parents.sort_by_key(|p| p.data["status"]["observedGeneration"].as_i64() == p.meta().generation);
-        let parents: Vec<_> = parents
-            .iter()
-            .map(|p| ObjectRef::from_obj_with(p.as_ref(), resource.clone()))
-            .collect();
-        debug!(shard, parents = parents.len(), "shard taken: reconciling its parents");
-        futures::stream::iter(parents)
+            .partition(|p| p.data["status"]["observedGeneration"].as_i64() != p.meta().generation);
+        debug!(
+            shard,
+            changed = changed.len(),
+            settled = settled.len(),
+            "shard taken: reconciling its parents"
+        );
+        let refs = |parents: Vec<Arc<DynamicObject>>| {
+            parents
+                .iter()
+                .map(|p| ObjectRef::from_obj_with(p.as_ref(), resource.clone()))
+                .collect::<Vec<_>>()
+        };
+        let settled = refs(settled);
+        futures::stream::iter(refs(changed)).chain(
+            futures::stream::once(tokio::time::sleep(SETTLED_PARENTS_DELAY))
+                .flat_map(move |()| futures::stream::iter(settled.clone())),
+        )
     })
 }
 
