@@ -760,7 +760,8 @@ fn parents_of_taken_shards(
     resource: ApiResource,
 ) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
     let shards = writers.count();
-    writers.subscribe().flat_map(move |shard| {
+    // Unordered: a second shard taken at once must not wait behind the first one's settled parents.
+    writers.subscribe().flat_map_unordered(None, move |shard| {
         let (changed, settled): (Vec<_>, Vec<_>) = store
             .state()
             .into_iter()
@@ -779,10 +780,12 @@ fn parents_of_taken_shards(
                 .collect::<Vec<_>>()
         };
         let settled = refs(settled);
-        futures::stream::iter(refs(changed)).chain(
-            futures::stream::once(tokio::time::sleep(SETTLED_PARENTS_DELAY))
-                .flat_map(move |()| futures::stream::iter(settled.clone())),
-        )
+        futures::stream::iter(refs(changed))
+            .chain(
+                futures::stream::once(tokio::time::sleep(SETTLED_PARENTS_DELAY))
+                    .flat_map(move |()| futures::stream::iter(settled.clone())),
+            )
+            .boxed()
     })
 }
 
