@@ -20,8 +20,30 @@ struct Children {
     by_parent: HashMap<String, HashMap<String, Arc<str>>>,
     /// "namespace/name" -> parent UID, to move or drop an object on update and delete.
     parent_of: HashMap<String, String>,
-    /// Objects of a relist in progress, swapped in whole when it completes.
-    relist: Option<Vec<DynamicObject>>,
+    /// Objects of a relist in progress (already as text: a relist of every child at start-up
+    /// must not hold them all as object trees), swapped in whole when it completes.
+    relist: Option<Vec<Entry>>,
+}
+
+/// One object as the index keeps it: its key, its parent's UID and its JSON text.
+#[derive(Debug)]
+struct Entry {
+    key: String,
+    parent: String,
+    text: Arc<str>,
+}
+
+impl Entry {
+    /// `None` for an object without a parent label (not ours to index).
+    fn of(object: &DynamicObject) -> Option<Entry> {
+        let parent = object.labels().get(LABEL_PARENT_UID)?.clone();
+        let text = serde_json::to_string(object).ok()?;
+        Some(Entry {
+            key: key(object),
+            parent,
+            text: Arc::from(text),
+        })
+    }
 }
 
 /// Children of one kind by parent.
@@ -45,17 +67,20 @@ fn key(object: &DynamicObject) -> String {
 }
 
 impl Children {
-    fn insert(&mut self, object: DynamicObject) {
-        let key = key(&object);
-        self.remove(&key);
-        let Some(parent) = object.labels().get(LABEL_PARENT_UID).cloned() else {
-            return;
-        };
-        let Ok(text) = serde_json::to_string(&object) else {
-            return;
-        };
+    fn insert(&mut self, object: &DynamicObject) {
+        self.remove(&key(object));
+        if let Some(entry) = Entry::of(object) {
+            self.insert_entry(entry);
+        }
+    }
+
+    fn insert_entry(&mut self, Entry { key, parent, text }: Entry) {
         self.parent_of.insert(key.clone(), parent.clone());
-        self.by_parent.entry(parent).or_default().insert(key, Arc::from(text));
+        self.by_parent.entry(parent).or_default().insert(key, text);
+    }
+
+    fn len(&self) -> usize {
+        self.parent_of.len()
     }
 
     fn remove(&mut self, key: &str) {
@@ -77,15 +102,19 @@ impl ChildIndex {
             return;
         };
         match event {
-            Event::Apply(object) => children.insert(object.clone()),
+            Event::Apply(object) => children.insert(object),
             Event::Delete(object) => children.remove(&key(object)),
             Event::Init => children.relist = Some(Vec::new()),
-            Event::InitApply(object) => children.relist.get_or_insert_with(Vec::new).push(object.clone()),
+            Event::InitApply(object) => {
+                if let Some(entry) = Entry::of(object) {
+                    children.relist.get_or_insert_with(Vec::new).push(entry);
+                }
+            }
             Event::InitDone => {
                 let listed = children.relist.take().unwrap_or_default();
                 *children = Children::default();
-                for object in listed {
-                    children.insert(object);
+                for entry in listed {
+                    children.insert_entry(entry);
                 }
                 drop(children);
                 self.synced.send_replace(true);
@@ -105,6 +134,16 @@ impl ChildIndex {
             .iter()
             .filter_map(|text| serde_json::from_str(text).ok())
             .collect()
+    }
+
+    /// Objects cached (the last complete list and the events since).
+    pub fn len(&self) -> usize {
+        self.children.read().map_or(0, |children| children.len())
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Becomes true once the first list completed.

@@ -35,6 +35,8 @@ Metrics to watch (at --admin-addr /metrics; `controller` and `rule` are the rule
   ruleop_reconcile_errors_total{rule,reason}             why reconciles fail
   controller_runtime_reconcile_time_seconds{controller}  p50/p99 reconcile latency (histogram)
   controller_runtime_active_workers{controller}          reconciles in flight (backlog at maxConcurrentReconciles)
+  workqueue_depth{controller,name}                       parents waiting for a worker (a growing backlog)
+  ruleop_cached_objects{rule,kind}                       objects held in memory per watched kind
   ruleop_last_successful_reconcile_timestamp_seconds     a rule that stopped converging
   ruleop_rule_reloads_total{result}                      rejected rule edits (invalid, retrying)
   ruleop_api_writes_total{verb,kind}                     write load; non-zero at rest means a fight

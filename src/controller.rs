@@ -13,6 +13,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -30,12 +31,13 @@ use crate::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
 use crate::kinds::{Kinds, ServedKind};
 use crate::lookup_index::{self, RuleLookups};
-use crate::metrics::Outcome;
+use crate::metrics::{Outcome, Sampled};
 use crate::plan::children::ObjectRef as ChildRef;
 use crate::plan::context::LABEL_RULE;
 use crate::plan::deletion::{self, FinalizerStep};
 use crate::plan::scope::ANNOTATION_PARENT;
 use crate::plan::{self, Plan, PlanError};
+use crate::queue::{self, Trigger, Triggers};
 use crate::rules::model::ActionTrigger;
 use crate::rules::{Rule, RuleSet};
 use crate::watch::UndecodableReporter;
@@ -159,6 +161,31 @@ struct RuleContext {
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
     /// `Store::wait_until_ready` wakes only the last of several concurrent waiters.
     children_synced: tokio::sync::watch::Receiver<bool>,
+    /// The parent cache.
+    parents: Store<DynamicObject>,
+    /// What queued each parent (the span's `trigger`, the queue depth).
+    triggers: Arc<Triggers>,
+}
+
+impl Sampled for RuleContext {
+    fn queue_depth(&self) -> usize {
+        self.triggers.depth()
+    }
+
+    fn cached_objects(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        let children = self.children.iter().map(|(r, index)| (r.kind.as_str(), index.len()));
+        let parents = std::iter::once((self.parent_kind.resource.kind.as_str(), self.parents.len()));
+        for (kind, count) in parents.chain(children).chain(self.lookups.cached_objects()) {
+            *counts.entry(kind.to_owned()).or_default() += count;
+        }
+        counts
+    }
+}
+
+/// The trigger key of a parent.
+fn parent_key(parent: &DynamicObject) -> String {
+    queue::key(&parent.namespace().unwrap_or_default(), &parent.name_any())
 }
 
 /// A channel that turns true once every child cache has listed.
@@ -172,15 +199,6 @@ fn synced_signal(indexes: &[Arc<ChildIndex>]) -> tokio::sync::watch::Receiver<bo
         let _ = tx.send(true);
     });
     rx
-}
-
-/// Drops what the engine never reads from cached objects: managedFields (often half an
-/// object) and kubectl's last-applied annotation (a second copy of the spec).
-fn slim(object: &mut DynamicObject) {
-    object.metadata.managed_fields = None;
-    if let Some(annotations) = object.metadata.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
 }
 
 /// A running controller and the handles to steer it.
@@ -239,16 +257,26 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let parent_store = parent_writer.as_reader();
     let memory = ParentMemory::default();
     let mut housekeeping = Housekeeping::new(memory.clone(), shared.admin.clone(), rule.name.clone());
+    let triggers = Arc::new(Triggers::default());
+    let (gone, queued) = (triggers.clone(), triggers.clone());
     let parents = shared
         .watch(rule, &parent_kind, config)
-        .modify(slim)
+        .reflect(parent_writer)
+        // After the store has it: what we wrote is forgotten once the cache shows it.
         .inspect(move |event| {
             if let Ok(event) = event {
                 housekeeping.observe(event);
+                if let watcher::Event::Delete(parent) = event {
+                    gone.forget(&parent_key(parent));
+                }
             }
         })
-        .reflect(parent_writer)
-        .applied_objects();
+        .applied_objects()
+        .inspect(move |parent| {
+            if let Ok(parent) = parent {
+                queued.event(parent_key(parent), Trigger::ParentEvent);
+            }
+        });
     let mut controller = Controller::for_stream_with(parents, parent_store.clone(), parent_kind.resource.clone());
     let owned = child_kinds(rule);
     let mut children = Vec::new();
@@ -259,6 +287,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         let index = Arc::new(ChildIndex::default());
         children.push((served.resource.clone(), index.clone()));
         let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
+        let (queued, parent_resource) = (triggers.clone(), parent_kind.resource.clone());
         // Label-owned children live outside the parent's namespace: watch them cluster-wide and
         // map them to their parent by annotation, as they carry no ownerReference.
         let by_label = rule.may_own_by_label();
@@ -269,13 +298,18 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         };
         let stream = shared
             .watch_in(api, rule, served, ours)
-            .modify(slim)
             .inspect(move |event| {
                 if let Ok(event) = event {
                     index.apply(event);
                 }
             })
-            .touched_objects();
+            .touched_objects()
+            .inspect(move |child| {
+                if let Some(parent) = child.as_ref().ok().and_then(|c| parent_of(c, &parent_resource)) {
+                    let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+                    queued.event(key, Trigger::ChildEvent);
+                }
+            });
         controller = if by_label {
             let parent_resource = parent_kind.resource.clone();
             let mapper = move |child: DynamicObject| parent_of(&child, &parent_resource);
@@ -287,10 +321,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
     let watch_lookups = |served: &ServedKind| {
         let api = Api::all_with(shared.client.clone(), &served.resource);
-        shared
-            .watch_in(api, rule, served, watcher::Config::default())
-            .modify(slim)
-            .boxed()
+        shared.watch_in(api, rule, served, watcher::Config::default()).boxed()
     };
     if shared.writers.is_sharded() {
         controller = controller.reconcile_on(parents_of_taken_shards(
@@ -300,11 +331,21 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         ));
     }
     let (lookups, lookup_changes) =
-        lookup_index::start(rule, kinds, &parent_kind.resource, parent_store, watch_lookups)?;
+        lookup_index::start(rule, kinds, &parent_kind.resource, parent_store.clone(), watch_lookups)?;
     if !rule.spec.lookups.is_empty() {
-        controller = controller.reconcile_on(lookup_changes);
+        let queued = triggers.clone();
+        controller = controller.reconcile_on(lookup_changes.inspect(move |parent| {
+            let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+            queued.event(key, Trigger::LookupEvent);
+        }));
     }
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
+    let (queued, reloaded) = (triggers.clone(), parent_store.clone());
+    let reconcile_all_rx = reconcile_all_rx.inspect(move |()| {
+        for parent in reloaded.state() {
+            queued.event(parent_key(&parent), Trigger::Reload);
+        }
+    });
     let (stop, stop_rx) = oneshot::channel::<()>();
     let concurrency = rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
     let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
@@ -320,7 +361,15 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         drift: memory.drift,
         events,
         lookups,
+        parents: parent_store,
+        triggers,
     });
+    let sampled: Arc<dyn Sampled> = context.clone();
+    context
+        .shared
+        .admin
+        .metrics
+        .sample(&rule.name, Arc::downgrade(&sampled));
     let name = rule.name.clone();
     let task = tokio::spawn(async move {
         controller
@@ -350,15 +399,16 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     })
 }
 
-/// Runs one reconcile in a span of its own (`rule`, `namespace`, `parent`, `generation`), so every
-/// log line of the reconcile carries them. The span is made here, synchronously, because kube
-/// calls the reconciler inside its `reconciling object` span, whose `object.reason` is the
-/// trigger (object updated, related object updated, bulk reconcile requested, ... retry): that
-/// span becomes the parent and JSON logs list both.
+/// Runs one reconcile in a span of its own (`rule`, `namespace`, `parent`, `generation`,
+/// `trigger`), so every log line of the reconcile carries them. The span is made here,
+/// synchronously, when kube starts the reconcile, inside its `reconciling object` span (which
+/// becomes the parent; JSON logs list both).
 fn reconcile(
     parent: Arc<DynamicObject>,
     ctx: Arc<RuleContext>,
 ) -> impl Future<Output = Result<Action, ReconcileError>> + Send {
+    let trigger = ctx.triggers.started(&parent_key(&parent));
+    ctx.shared.admin.metrics.triggered(&ctx.rule_name, trigger.as_str());
     let span = info_span!(
         "reconcile",
         rule = %ctx.rule_name,
@@ -366,6 +416,7 @@ fn reconcile(
         // Not `name`: JSON logs use that key for the span's own name.
         parent = %parent.name_any(),
         generation = parent.meta().generation.unwrap_or_default(),
+        trigger = trigger.as_str(),
     );
     reconcile_in_span(parent, ctx).instrument(span)
 }
@@ -409,7 +460,17 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
         Ok(_) => Outcome::Ok,
         // An optimistic-concurrency retry (stale cache), not a failure.
         Err(ReconcileError::Apply(ApplyError::Conflict(_))) => Outcome::Conflict,
-        Err(e) => Outcome::Error(e.reason()),
+        Err(e) => {
+            // Failures reported on the parent were logged with it (`report_failure`).
+            if matches!(
+                e,
+                ReconcileError::NotSynced(_) | ReconcileError::Apply(ApplyError::Action { .. })
+            ) {
+                let error = e.to_string();
+                warn!(reason = e.reason(), error = %bounded(&error, MESSAGE_LIMIT), "reconcile failed");
+            }
+            Outcome::Error(e.reason())
+        }
     };
     ctx.shared
         .admin
@@ -491,11 +552,20 @@ async fn reconcile_parent(
             if let Some(wait) = ctx.drift.wait(&uid, std::time::Instant::now()) {
                 next = next.min(wait);
             }
-            Ok(Action::requeue(retry.map_or(next, |retry| retry.min(next))))
+            let after = retry.map_or(next, |retry| retry.min(next));
+            let trigger = if after == resync {
+                Trigger::Resync
+            } else {
+                Trigger::Requeue
+            };
+            ctx.triggers.schedule(parent_key(parent), after, trigger);
+            Ok(Action::requeue(after))
         }
         Err(e @ ApplyError::Immutable { .. }) => {
             report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
-            Ok(Action::requeue(rule.resync.unwrap_or(ctx.shared.default_resync)))
+            let resync = rule.resync.unwrap_or(ctx.shared.default_resync);
+            ctx.triggers.schedule(parent_key(parent), resync, Trigger::Resync);
+            Ok(Action::requeue(resync))
         }
         // The action layer already recorded these in status (and an Event); Ready is about children.
         Err(e @ (ApplyError::Action { .. } | ApplyError::Conflict(_))) => Err(e.into()),
@@ -719,7 +789,9 @@ async fn report_failure(
 
 fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<RuleContext>) -> Action {
     if matches!(error, ReconcileError::Apply(ApplyError::Conflict(_))) {
-        return Action::requeue(Duration::from_millis(200));
+        let after = Duration::from_millis(200);
+        ctx.triggers.schedule(parent_key(&parent), after, Trigger::Retry);
+        return Action::requeue(after);
     }
     // A write the lease fence refused: a renewal running late (the fence reopens when it lands)
     // or the lease lost (the next reconcile skips the parent). Neither is the parent's failure.
@@ -742,6 +814,7 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
         .saturating_mul(2u32.saturating_pow(failures.min(16)))
         .min(MAX_BACKOFF);
     debug!(parent = %parent.name_any(), reason = error.reason(), ?delay, "backing off");
+    ctx.triggers.schedule(parent_key(&parent), delay, Trigger::Retry);
     Action::requeue(delay)
 }
 

@@ -99,7 +99,10 @@ impl Housekeeping {
                     self.memory.retain(&live);
                 }
             }
-            Event::Apply(_) => {
+            Event::Apply(parent) => {
+                self.memory
+                    .written
+                    .caught_up(&parent.uid().unwrap_or_default(), parent.resource_version().as_deref());
                 self.memory.drift.forget_settled(Instant::now());
             }
         }

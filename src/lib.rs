@@ -28,6 +28,7 @@ pub mod lookup_index;
 pub mod metrics;
 pub mod offline;
 pub mod plan;
+pub mod queue;
 pub mod rbac;
 pub mod rules;
 pub mod ruletest;

@@ -105,6 +105,13 @@ impl RuleLookups {
         let _ = self.synced.clone().wait_for(|synced| *synced).await;
     }
 
+    /// Objects cached per looked-up kind.
+    pub fn cached_objects(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.caches
+            .values()
+            .map(|cache| (cache.resource.kind.as_str(), cache.store.len()))
+    }
+
     /// A source that remembers what a plan reads.
     pub fn recording(&self) -> Recording<'_> {
         Recording {

@@ -5,7 +5,9 @@
 //! rule name) so dashboards and alerts written for Go operators work unchanged; the rest are
 //! `ruleop_*`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -79,6 +81,33 @@ struct ResultLabels {
     result: String,
 }
 
+/// client-go's and controller-runtime's workqueue labels (both the rule name here).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    controller: String,
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleKind {
+    rule: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleTrigger {
+    rule: String,
+    trigger: String,
+}
+
+/// A running controller's figures, read at each scrape.
+pub trait Sampled: Send + Sync {
+    /// Parents waiting for a worker.
+    fn queue_depth(&self) -> usize;
+    /// Objects in the controller's caches, per kind (parents, children, looked-up objects).
+    fn cached_objects(&self) -> BTreeMap<String, usize>;
+}
+
 /// How one reconcile ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -128,6 +157,12 @@ pub struct Metrics {
     drift_deferred: Family<KindLabels, Counter>,
     parents_remembered: Family<RuleLabels, Gauge>,
     leader: Gauge,
+    queue_depth: Family<QueueLabels, Gauge>,
+    cached_objects: Family<RuleKind, Gauge>,
+    triggers: Family<RuleTrigger, Counter>,
+    /// The running controllers by rule, sampled at each scrape; a controller that stopped
+    /// (dropped) takes its series with it.
+    sampled: Mutex<Vec<(String, Weak<dyn Sampled>)>>,
     shards_held: Gauge,
     shard_leader: Family<ShardLabels, Gauge>,
     shard_reconciles: Family<ShardLabels, Counter>,
@@ -225,6 +260,24 @@ impl Default for Metrics {
             "1 while this replica holds the leader lease (or runs without leader election), else 0",
             leader.clone(),
         );
+        let queue_depth = Family::default();
+        registry.register(
+            "workqueue_depth",
+            "Parents waiting for a worker per rule (controller and name): queued by an event, or with a requeue that is due",
+            queue_depth.clone(),
+        );
+        let cached_objects = Family::default();
+        registry.register(
+            "ruleop_cached_objects",
+            "Watched objects cached per rule and kind (parents, children, looked-up objects)",
+            cached_objects.clone(),
+        );
+        let triggers = Family::default();
+        registry.register(
+            "ruleop_reconcile_triggers",
+            "Reconciles started per rule and trigger: parent_event, child_event, lookup_event, reload, resync, retry, requeue",
+            triggers.clone(),
+        );
         let shards_held = Gauge::default();
         registry.register(
             "ruleop_shards_held",
@@ -244,6 +297,10 @@ impl Default for Metrics {
             shard_reconciles.clone(),
         );
         Metrics {
+            queue_depth,
+            cached_objects,
+            triggers,
+            sampled: Mutex::default(),
             registry,
             reconcile_total,
             reconcile_errors,
@@ -384,6 +441,16 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
+    /// Counts a reconcile of `rule` started by `trigger`.
+    pub fn triggered(&self, rule: &str, trigger: &str) {
+        self.triggers
+            .get_or_create(&RuleTrigger {
+                rule: rule.to_owned(),
+                trigger: trigger.to_owned(),
+            })
+            .inc();
+    }
+
     /// Sets which shards this replica holds, of `shards`.
     pub fn set_shards(&self, shards: u32, held: &std::collections::BTreeSet<u32>) {
         self.shards_held.set(i64::try_from(held.len()).unwrap_or(i64::MAX));
@@ -405,8 +472,53 @@ impl Metrics {
             .inc();
     }
 
+    /// Samples `controller` (the controller of `rule`) at each scrape while it lives.
+    pub fn sample(&self, rule: &str, controller: Weak<dyn Sampled>) {
+        if let Ok(mut sampled) = self.sampled.lock() {
+            sampled.push((rule.to_owned(), controller));
+        }
+    }
+
+    /// Sets the sampled gauges: series of stopped controllers go first, so a rule restarted
+    /// under the same name keeps the series its new controller sets.
+    fn refresh_sampled(&self, sampled: &mut Vec<(String, Weak<dyn Sampled>)>) {
+        let (live, gone): (Vec<_>, Vec<_>) = sampled
+            .drain(..)
+            .map(|(rule, weak)| (rule, weak.upgrade(), weak))
+            .partition(|(_, strong, _)| strong.is_some());
+        let queue = |rule: &str| QueueLabels {
+            controller: rule.to_owned(),
+            name: rule.to_owned(),
+        };
+        for (rule, _, _) in &gone {
+            self.queue_depth.remove(&queue(rule));
+        }
+        // Every kind series of a rule is set again below (or dropped with its controller).
+        self.cached_objects.clear();
+        for (rule, strong, weak) in live {
+            let Some(controller) = strong else { continue };
+            self.queue_depth
+                .get_or_create(&queue(&rule))
+                .set(i64::try_from(controller.queue_depth()).unwrap_or(i64::MAX));
+            for (kind, count) in controller.cached_objects() {
+                self.cached_objects
+                    .get_or_create(&RuleKind {
+                        rule: rule.clone(),
+                        kind,
+                    })
+                    .set(i64::try_from(count).unwrap_or(i64::MAX));
+            }
+            sampled.push((rule, weak));
+        }
+    }
+
     /// The OpenMetrics text exposition of every family (each with `# HELP` and `# TYPE`).
     pub fn render(&self) -> String {
+        // Held until encoded, so that two scrapes at once do not see each other's refresh.
+        let mut sampled = self.sampled.lock();
+        if let Ok(sampled) = sampled.as_mut() {
+            self.refresh_sampled(sampled);
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -436,6 +548,47 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} not in\n{text}");
         }
+    }
+
+    struct Fixed(usize);
+
+    impl Sampled for Fixed {
+        fn queue_depth(&self) -> usize {
+            self.0
+        }
+
+        fn cached_objects(&self) -> BTreeMap<String, usize> {
+            BTreeMap::from([("Database".to_owned(), 10), ("Service".to_owned(), 20)])
+        }
+    }
+
+    #[test]
+    fn a_running_controller_is_sampled_at_each_scrape_and_its_series_go_when_it_stops() {
+        let m = Metrics::default();
+        let old: std::sync::Arc<dyn Sampled> = std::sync::Arc::new(Fixed(3));
+        m.sample("db", std::sync::Arc::downgrade(&old));
+        let text = m.render();
+        for line in [
+            "# TYPE workqueue_depth gauge\n",
+            "workqueue_depth{controller=\"db\",name=\"db\"} 3\n",
+            "ruleop_cached_objects{rule=\"db\",kind=\"Service\"} 20\n",
+        ] {
+            assert!(text.contains(line), "{line:?} not in\n{text}");
+        }
+        // The rule restarts (a reload that changed its kinds): the new controller's series stay.
+        let new: std::sync::Arc<dyn Sampled> = std::sync::Arc::new(Fixed(1));
+        m.sample("db", std::sync::Arc::downgrade(&new));
+        drop(old);
+        assert!(
+            m.render()
+                .contains("workqueue_depth{controller=\"db\",name=\"db\"} 1\n")
+        );
+        drop(new);
+        let text = m.render();
+        assert!(
+            !text.contains("workqueue_depth{") && !text.contains("ruleop_cached_objects{"),
+            "{text}"
+        );
     }
 
     #[test]

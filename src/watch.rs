@@ -8,18 +8,20 @@
 //! an Event on it, once per version) and dropped from the caches until it changes.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::Resource;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::{DynamicResourceScope, ObjectMeta};
+use kube::core::{DynamicResourceScope, ObjectMeta, TypeMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 use tracing::warn;
 
 use crate::diagnostic::bounded;
@@ -45,10 +47,10 @@ pub enum Tolerant {
 }
 
 impl Tolerant {
-    /// Decodes one object's JSON text.
+    /// Decodes one object's JSON text, leaving out what the engine never reads (see [`Slim`]).
     pub fn from_json(text: &str) -> Tolerant {
-        match serde_json::from_str::<DynamicObject>(text) {
-            Ok(object) => Tolerant::Object(object),
+        match serde_json::from_str::<Slim>(text) {
+            Ok(Slim(object)) => Tolerant::Object(object),
             Err(e) => {
                 /// What identifies the object. Everything else is skipped, which serde_json does
                 /// without recursing: `managedFields` mirrors the nesting of the fields it covers.
@@ -87,6 +89,113 @@ impl Tolerant {
                 }
             }
         }
+    }
+}
+
+/// kubectl's copy of the whole object it last applied, in an annotation.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// An object decoded for the caches: `metadata.managedFields` (often half an object: it mirrors
+/// the nesting of every field it covers, once per field manager), `metadata.selfLink` and
+/// kubectl's last-applied annotation (a second copy of the object) are skipped while decoding,
+/// so they are never built, not even for the objects of a LIST page being decoded at once.
+/// (`DynamicObject`'s own decode buffers the whole object first, for its flattened fields.)
+pub struct Slim(pub DynamicObject);
+
+/// [`ObjectMeta`] without `managedFields` and `selfLink` (serde skips unknown keys unbuilt).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimMeta {
+    #[serde(default, deserialize_with = "annotations_but_last_applied")]
+    annotations: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    uid: Option<String>,
+}
+
+fn annotations_but_last_applied<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    let mut annotations = Option::<BTreeMap<String, String>>::deserialize(deserializer)?;
+    if let Some(map) = annotations.as_mut() {
+        map.remove(LAST_APPLIED);
+    }
+    Ok(annotations)
+}
+
+impl From<SlimMeta> for ObjectMeta {
+    fn from(m: SlimMeta) -> ObjectMeta {
+        ObjectMeta {
+            annotations: m.annotations,
+            creation_timestamp: m.creation_timestamp,
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            deletion_timestamp: m.deletion_timestamp,
+            finalizers: m.finalizers,
+            generate_name: m.generate_name,
+            generation: m.generation,
+            labels: m.labels,
+            managed_fields: None,
+            name: m.name,
+            namespace: m.namespace,
+            owner_references: m.owner_references,
+            resource_version: m.resource_version,
+            self_link: None,
+            uid: m.uid,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Slim {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = DynamicObject;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DynamicObject, A::Error> {
+                let mut metadata = ObjectMeta::default();
+                let mut data = serde_json::Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "metadata" {
+                        metadata = map
+                            .next_value::<Option<SlimMeta>>()?
+                            .map(Into::into)
+                            .unwrap_or_default();
+                    } else {
+                        data.insert(key, map.next_value()?);
+                    }
+                }
+                let types = match (data.get("apiVersion"), data.get("kind")) {
+                    (Some(Value::String(api_version)), Some(Value::String(kind))) => Some(TypeMeta {
+                        api_version: api_version.clone(),
+                        kind: kind.clone(),
+                    }),
+                    _ => None,
+                };
+                if types.is_some() {
+                    data.remove("apiVersion");
+                    data.remove("kind");
+                }
+                Ok(DynamicObject {
+                    types,
+                    metadata,
+                    data: Value::Object(data),
+                })
+            }
+        }
+        deserializer.deserialize_map(Fields).map(Slim)
     }
 }
 
@@ -314,6 +423,51 @@ mod tests {
             }
             other => panic!("expected undecodable, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn cached_objects_leave_out_managed_fields_and_the_last_applied_copy_but_keep_the_rest() {
+        let text = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"orders-svc","namespace":"shop",
+            "uid":"u1","resourceVersion":"7","generation":2,"labels":{"ruleop.io/rule":"database"},
+            "annotations":{"ruleop.io/desired-hash":"abc","kubectl.kubernetes.io/last-applied-configuration":"{}"},
+            "ownerReferences":[{"apiVersion":"myorg.io/v1","kind":"Database","name":"orders","uid":"p1","controller":true}],
+            "finalizers":["f"],"creationTimestamp":"2026-11-30T08:00:00Z","selfLink":"/x",
+            "managedFields":[{"manager":"ruleop","operation":"Apply","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:ports":{}}}}]},
+            "spec":{"ports":[{"port":5432}],"clusterIP":"10.0.0.9"},"status":{"loadBalancer":{}}}"#;
+        let Tolerant::Object(object) = Tolerant::from_json(text) else {
+            panic!("decodes")
+        };
+        let meta = &object.metadata;
+        assert!(meta.managed_fields.is_none() && meta.self_link.is_none());
+        let annotations = meta.annotations.as_ref().expect("annotations");
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["ruleop.io/desired-hash"]);
+        assert_eq!(meta.labels.as_ref().expect("labels").len(), 1);
+        assert_eq!(meta.owner_references.as_ref().expect("owners")[0].uid, "p1");
+        assert_eq!(
+            (meta.generation, meta.resource_version.as_deref(), meta.uid.as_deref()),
+            (Some(2), Some("7"), Some("u1"))
+        );
+        assert!(meta.creation_timestamp.is_some() && meta.finalizers.is_some());
+        let types = object.types.as_ref().expect("types");
+        assert_eq!((types.api_version.as_str(), types.kind.as_str()), ("v1", "Service"));
+        assert_eq!(
+            object.data,
+            serde_json::json!({"spec": {"ports": [{"port": 5432}], "clusterIP": "10.0.0.9"}, "status": {"loadBalancer": {}}})
+        );
+        // Serialized again (the children cache, plans), it is the object as served, less the above.
+        let again = serde_json::to_value(&object).expect("serializes");
+        assert_eq!(again["metadata"]["name"], "orders-svc");
+        assert_eq!(again["kind"], "Service");
+        assert!(again["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn an_item_of_a_list_without_type_fields_decodes_without_them() {
+        let Tolerant::Object(object) = Tolerant::from_json(r#"{"metadata":{"name":"a"},"spec":{}}"#) else {
+            panic!("decodes")
+        };
+        assert!(object.types.is_none());
+        assert_eq!(object.data, serde_json::json!({"spec": {}}));
     }
 
     #[test]

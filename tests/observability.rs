@@ -72,6 +72,18 @@ fn the_metrics_endpoint_is_a_valid_exposition_whose_counters_move_with_a_reconci
             .collect::<Vec<_>>(),
     );
     wait_until(WAIT, "the reload counted", || reloads() > loaded);
+    wait_until(WAIT, "reconciles triggered by the reload", || {
+        operator.metric(
+            "ruleop_reconcile_triggers_total",
+            &[("rule", "database"), ("trigger", "reload")],
+        ) >= 2
+    });
+    assert!(
+        operator.metric(
+            "ruleop_reconcile_triggers_total",
+            &[("rule", "database"), ("trigger", "parent_event")]
+        ) >= 2
+    );
 
     let after = Exposition::parse(&operator.get("/metrics").expect("a scrape"));
     for (family, kind) in [
@@ -83,9 +95,26 @@ fn the_metrics_endpoint_is_a_valid_exposition_whose_counters_move_with_a_reconci
         ("ruleop_actions", "counter"),
         ("ruleop_rule_reloads", "counter"),
         ("ruleop_leader", "gauge"),
+        ("workqueue_depth", "gauge"),
+        ("ruleop_cached_objects", "gauge"),
+        ("ruleop_reconcile_triggers", "counter"),
     ] {
         assert_eq!(after.types.get(family).map(String::as_str), Some(kind), "{family}");
     }
+    let cached = |kind: &str| operator.metric("ruleop_cached_objects", &[("rule", "database"), ("kind", kind)]);
+    assert_eq!(
+        (cached("Database"), cached("Service")),
+        (2, 2),
+        "both parents and their Services"
+    );
+    assert!(
+        after
+            .scrape
+            .samples
+            .iter()
+            .any(|s| s.metric == "workqueue_depth" && s.labels.get("controller").is_some_and(|c| c == "database")),
+        "the queue depth of rule database"
+    );
     let observed = after
         .scrape
         .samples
@@ -195,6 +224,10 @@ fn a_failed_reconcile_logs_a_json_warning_carrying_the_reconcile_span_and_its_tr
     assert_eq!(span["namespace"], ns.0.as_str(), "{entry}");
     assert_eq!(span["parent"], "broken", "{entry}");
     assert_eq!(span["generation"], 1, "{entry}");
+    assert_eq!(
+        span["trigger"], "parent_event",
+        "the first reconcile follows the creation: {entry}"
+    );
     let spans = entry["spans"].as_array().expect("the span list");
     let trigger = spans
         .iter()

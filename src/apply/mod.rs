@@ -132,8 +132,33 @@ fn resource_version(object: &Value) -> Option<u64> {
 
 impl WrittenParents {
     fn record(&self, uid: &str, parent: &Value) {
+        // Kept like the cache keeps it: a write returns managedFields too.
+        let mut parent = parent.clone();
+        if let Some(metadata) = parent.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("managedFields");
+            if let Some(annotations) = metadata.get_mut("annotations").and_then(Value::as_object_mut) {
+                annotations.remove(crate::watch::LAST_APPLIED);
+            }
+        }
         if let Ok(mut written) = self.parents.lock() {
-            written.insert(uid.to_owned(), parent.clone());
+            written.insert(uid.to_owned(), parent);
+        }
+    }
+
+    /// Forgets what we wrote for parent `uid` once the cache holds that version or a newer one
+    /// (the parent watch delivered it), rather than at the parent's next reconcile, which may be
+    /// a resync period away.
+    pub fn caught_up(&self, uid: &str, cached_version: Option<&str>) {
+        let Some(cached) = cached_version.and_then(|v| v.parse::<u64>().ok()) else {
+            return;
+        };
+        if let Ok(mut written) = self.parents.lock()
+            && written
+                .get(uid)
+                .and_then(resource_version)
+                .is_some_and(|ours| ours <= cached)
+        {
+            written.remove(uid);
         }
     }
 
