@@ -324,11 +324,15 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         shared.watch_in(api, rule, served, watcher::Config::default()).boxed()
     };
     if shared.writers.is_sharded() {
-        controller = controller.reconcile_on(parents_of_taken_shards(
-            &shared.writers,
-            parent_store.clone(),
-            parent_kind.resource.clone(),
-        ));
+        let queued = triggers.clone();
+        controller = controller.reconcile_on(
+            parents_of_taken_shards(&shared.writers, parent_store.clone(), parent_kind.resource.clone()).inspect(
+                move |parent| {
+                    let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+                    queued.event(key, Trigger::ShardTaken);
+                },
+            ),
+        );
     }
     let (lookups, lookup_changes) =
         lookup_index::start(rule, kinds, &parent_kind.resource, parent_store.clone(), watch_lookups)?;
@@ -408,7 +412,10 @@ fn reconcile(
     ctx: Arc<RuleContext>,
 ) -> impl Future<Output = Result<Action, ReconcileError>> + Send {
     let trigger = ctx.triggers.started(&parent_key(&parent));
-    ctx.shared.admin.metrics.triggered(&ctx.rule_name, trigger.as_str());
+    // Another replica's parent (`--shards`) is not reconciled here, so not counted either.
+    if ctx.shared.writers.of(&parent.uid().unwrap_or_default()).held() {
+        ctx.shared.admin.metrics.triggered(&ctx.rule_name, trigger.as_str());
+    }
     let span = info_span!(
         "reconcile",
         rule = %ctx.rule_name,
@@ -796,7 +803,9 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
     // A write the lease fence refused: a renewal running late (the fence reopens when it lands)
     // or the lease lost (the next reconcile skips the parent). Neither is the parent's failure.
     if crate::leader::is_fenced(error) {
-        return Action::requeue(Duration::from_millis(500));
+        let after = Duration::from_millis(500);
+        ctx.triggers.schedule(parent_key(&parent), after, Trigger::Retry);
+        return Action::requeue(after);
     }
     let uid = parent.uid().unwrap_or_default();
     let failures = ctx.failures.lock().map_or(1, |mut failures| {
