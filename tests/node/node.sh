@@ -206,6 +206,8 @@ import_images() {
 
 cmd_start() {
   paths "$1"
+  [[ "$(id -u)" == 0 ]] || die "the node needs root (containerd, runc, cgroups, the bridge)"
+  [[ -d /sys/fs/cgroup/pids ]] || die "the node needs cgroup v1 hierarchies (/sys/fs/cgroup/pids)"
   [[ -x "$bin" ]] || die "$bin missing: run tests/apiserver/ctl.sh build"
   [[ -f "$kubeconfig" ]] || die "no control plane in $state (ctl.sh start --node)"
   command -v containerd >/dev/null && command -v runc >/dev/null && [[ -x "$cni_bin/bridge" ]] \
