@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test: format, lints, then unit, snapshot and integration tests against
 # a real control plane (tests/apiserver: etcd + kube-apiserver + GC/namespace controllers),
-# started here once and stopped on exit. Builds what it needs; reuses target/ and Go caches.
+# and end-to-end tests against a second one with a node (tests/node), both started here once
+# and stopped on exit. Builds what it needs; reuses target/ and Go caches.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,6 +30,16 @@ step "control plane start"
 trap '"$ctl" stop' EXIT
 eval "$("$ctl" start)"
 export KUBECONFIG
+
+# A second control plane with a node (tests/node) for the end-to-end tests (tests/e2e.rs):
+# ruleop runs there as a Pod, which must not meet the other tests' operators and objects.
+step "node (containerd, kubelet, scheduler, controllers; tests/node)"
+tests/node/node.sh setup
+node_state="$PWD/target/node-plane"
+RULEOP_APISERVER_STATE="$node_state" "$ctl" stop >/dev/null 2>&1 || true
+trap '"$ctl" stop; RULEOP_APISERVER_STATE="$node_state" "$ctl" stop' EXIT
+RULEOP_NODE_KUBECONFIG="$(RULEOP_APISERVER_STATE="$node_state" "$ctl" start --node | sed -n 's/^export KUBECONFIG=//p')"
+export RULEOP_NODE_KUBECONFIG
 
 step "cargo test"
 cargo test --locked --lib --bins --tests -- --test-threads=2

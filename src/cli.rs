@@ -41,6 +41,7 @@ Metrics to watch (at --admin-addr /metrics; `controller` and `rule` are the rule
   ruleop_rule_reloads_total{result}                      rejected rule edits (invalid, retrying)
   ruleop_api_writes_total{verb,kind}                     write load; non-zero at rest means a fight
   ruleop_actions_total{rule,action,result}               action runs and failures
+  ruleop_shards_held, ruleop_shard_leader{shard}         with --shards: the sum of shards_held should be N
 Alerts and a Grafana dashboard: deploy/observability (a kustomize component).";
 
 #[derive(Debug, Subcommand)]

@@ -336,11 +336,15 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         shared.watch_in(api, rule, served, watcher::Config::default()).boxed()
     };
     if shared.writers.is_sharded() {
-        controller = controller.reconcile_on(parents_of_taken_shards(
-            &shared.writers,
-            parent_store.clone(),
-            parent_kind.resource.clone(),
-        ));
+        let queued = triggers.clone();
+        controller = controller.reconcile_on(
+            parents_of_taken_shards(&shared.writers, parent_store.clone(), parent_kind.resource.clone()).inspect(
+                move |parent| {
+                    let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+                    queued.event(key, Trigger::ShardTaken);
+                },
+            ),
+        );
     }
     let (lookups, lookup_changes) =
         lookup_index::start(rule, kinds, &parent_kind.resource, parent_store.clone(), watch_lookups)?;
@@ -421,7 +425,10 @@ fn reconcile(
     ctx: Arc<RuleContext>,
 ) -> impl Future<Output = Result<Action, ReconcileError>> + Send {
     let trigger = ctx.triggers.started(&parent_key(&parent));
-    ctx.shared.admin.metrics.triggered(&ctx.rule_name, trigger.as_str());
+    // Another replica's parent (`--shards`) is not reconciled here, so not counted either.
+    if ctx.shared.writers.of(&parent.uid().unwrap_or_default()).held() {
+        ctx.shared.admin.metrics.triggered(&ctx.rule_name, trigger.as_str());
+    }
     let span = info_span!(
         "reconcile",
         rule = %ctx.rule_name,
@@ -810,6 +817,13 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
         ctx.triggers.schedule(parent_key(&parent), after, Trigger::Retry);
         return Action::requeue(after);
     }
+    // A write the lease fence refused: a renewal running late (the fence reopens when it lands)
+    // or the lease lost (the next reconcile skips the parent). Neither is the parent's failure.
+    if crate::leader::is_fenced(error) {
+        let after = Duration::from_millis(500);
+        ctx.triggers.schedule(parent_key(&parent), after, Trigger::Retry);
+        return Action::requeue(after);
+    }
     let uid = parent.uid().unwrap_or_default();
     let failures = ctx.failures.lock().map_or(1, |mut failures| {
         let count = failures.entry(uid).or_insert(0);
@@ -830,28 +844,47 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
     Action::requeue(delay)
 }
 
+/// How much later than the parents changed since their last reconcile the rest of a taken
+/// shard's parents are queued.
+const SETTLED_PARENTS_DELAY: Duration = Duration::from_millis(250);
+
 /// References to the cached parents of each shard as this replica takes it: they were skipped
-/// while another replica held the shard, so nothing else would reconcile them now.
+/// while another replica held the shard, so nothing else would reconcile them now. Parents
+/// changed since their last reconcile (`status.observedGeneration` behind) come first and the
+/// rest a moment later: the controller's queue keeps no order among parents due at once, and
+/// after a failover the changed ones are what waited.
 fn parents_of_taken_shards(
     writers: &Arc<crate::shard::Writers>,
     store: kube::runtime::reflector::Store<DynamicObject>,
     resource: ApiResource,
 ) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
     let shards = writers.count();
-    writers.subscribe().flat_map(move |shard| {
-        let mut parents: Vec<_> = store
+    // Unordered: a second shard taken at once must not wait behind the first one's settled parents.
+    writers.subscribe().flat_map_unordered(None, move |shard| {
+        let (changed, settled): (Vec<_>, Vec<_>) = store
             .state()
             .into_iter()
             .filter(|p| crate::shard::shard_of(&p.uid().unwrap_or_default(), shards) == shard)
-            .collect();
-        // Parents changed since their last reconcile first: they are what waited for the shard.
-        parents.sort_by_key(|p| p.data["status"]["observedGeneration"].as_i64() == p.meta().generation);
-        let parents: Vec<_> = parents
-            .iter()
-            .map(|p| ObjectRef::from_obj_with(p.as_ref(), resource.clone()))
-            .collect();
-        debug!(shard, parents = parents.len(), "shard taken: reconciling its parents");
-        futures::stream::iter(parents)
+            .partition(|p| p.data["status"]["observedGeneration"].as_i64() != p.meta().generation);
+        debug!(
+            shard,
+            changed = changed.len(),
+            settled = settled.len(),
+            "shard taken: reconciling its parents"
+        );
+        let refs = |parents: Vec<Arc<DynamicObject>>| {
+            parents
+                .iter()
+                .map(|p| ObjectRef::from_obj_with(p.as_ref(), resource.clone()))
+                .collect::<Vec<_>>()
+        };
+        let settled = refs(settled);
+        futures::stream::iter(refs(changed))
+            .chain(
+                futures::stream::once(tokio::time::sleep(SETTLED_PARENTS_DELAY))
+                    .flat_map(move |()| futures::stream::iter(settled.clone())),
+            )
+            .boxed()
     })
 }
 

@@ -204,6 +204,11 @@ impl Fence {
 #[error("not sent: this replica does not hold the lease (fenced)")]
 pub struct Fenced;
 
+/// Whether `error`, or any error in its source chain, is a write refused by the fence.
+pub fn is_fenced(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |e| e.source()).any(|e| e.is::<Fenced>())
+}
+
 /// A tower layer over the API client that refuses every write request (anything but GET, HEAD,
 /// OPTIONS, or a dry run) while the fence is closed: children, status, actions, Events and `ruleop-status`
 /// all go through it, so nothing is forgotten.
@@ -753,6 +758,11 @@ mod tests {
         let write = service.clone().oneshot(request(http::Method::PATCH)).await;
         let error = write.expect_err("a write is refused");
         assert!(error.to_string().contains("does not hold the lease"), "{error}");
+        let wrapped = kube::Error::Service(error);
+        assert!(is_fenced(&wrapped), "found through the source chain");
+        assert!(!is_fenced(&kube::Error::LinesCodecMaxLineLengthExceeded));
+        let status_write = crate::apply::ApplyError::Status(Box::new(kube::Error::Service(Box::new(Fenced))));
+        assert!(is_fenced(&status_write), "a fenced status write of a reconcile");
         fence.extend(Instant::now() + Duration::from_secs(5));
         let write = service.oneshot(request(http::Method::POST)).await;
         assert_eq!(write.expect("the holder writes"), "sent");

@@ -19,6 +19,8 @@ pub enum Trigger {
     LookupEvent,
     /// The rule set was reloaded with a change to this rule.
     Reload,
+    /// This replica took the parent's shard (`--shards`).
+    ShardTaken,
     /// The periodic resync came due.
     Resync,
     /// A retry after a failure (backoff) or after a write conflict.
@@ -31,7 +33,7 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    /// The label value (`parent_event`, `child_event`, `lookup_event`, `reload`, `resync`,
+    /// The label value (`parent_event`, `child_event`, `lookup_event`, `reload`, `shard_taken`, `resync`,
     /// `retry`, `requeue`, `unknown`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -39,6 +41,7 @@ impl Trigger {
             Trigger::ChildEvent => "child_event",
             Trigger::LookupEvent => "lookup_event",
             Trigger::Reload => "reload",
+            Trigger::ShardTaken => "shard_taken",
             Trigger::Resync => "resync",
             Trigger::Retry => "retry",
             Trigger::Requeue => "requeue",

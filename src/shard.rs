@@ -299,23 +299,27 @@ pub fn start(client: Client, election: &Election, writers: Arc<Writers>, admin: 
         .collect();
     let mut manager = Manager {
         api: Api::namespaced(client.clone(), &election.namespace),
-        client,
-        namespace: election.namespace.clone(),
         prefix: election.name.clone(),
-        identity: election.identity.clone(),
         timing: election.timing,
         start: shard_of(&election.identity, shards),
         writers,
         admin,
         shard_electors,
-        slot: None,
-        members: BTreeMap::new(),
+        membership: Membership {
+            client,
+            namespace: election.namespace.clone(),
+            prefix: election.name.clone(),
+            identity: election.identity.clone(),
+            timing: election.timing,
+            slot: None,
+            members: BTreeMap::new(),
+        },
         releasing: BTreeSet::new(),
     };
     info!(
         shards,
-        identity = %manager.identity,
-        namespace = %manager.namespace,
+        identity = %election.identity,
+        namespace = %election.namespace,
         "sharding: taking up to a fair share of the shard leases"
     );
     let (stop, mut stop_rx) = oneshot::channel::<()>();
@@ -355,20 +359,14 @@ fn group_labels(prefix: &str, role: &str) -> BTreeMap<String, String> {
 /// One replica's shard state, driven by [`Manager::round`].
 struct Manager {
     api: Api<Lease>,
-    client: Client,
-    namespace: String,
     prefix: String,
-    identity: String,
     timing: Timing,
     /// Where this replica begins looking for shards.
     start: u32,
     writers: Arc<Writers>,
     admin: Arc<AdminState>,
     shard_electors: Vec<Elector>,
-    /// Our member slot, once we hold one.
-    slot: Option<Elector>,
-    /// Observers of the other member slots (an elector never claims through these).
-    members: BTreeMap<String, Elector>,
+    membership: Membership,
     /// Shards given up last round: fenced at once, their leases released one round later, so
     /// writes already sent land before another replica starts on their parents.
     releasing: BTreeSet<u32>,
@@ -396,8 +394,19 @@ impl Manager {
             }
         };
         let listed = read_at.elapsed();
-        let members = self.membership(&leases, read_at).await;
-        let (held, takeable) = self.renew_shards(&leases, read_at).await;
+        // Side by side: a round must stay well inside the renew deadline on a slow API server.
+        let (members, (held, takeable)) = tokio::join!(
+            self.membership.renew(&leases, read_at),
+            renew_shards(
+                &mut self.shard_electors,
+                &self.writers,
+                &self.prefix,
+                self.timing,
+                &self.releasing,
+                &leases,
+                read_at
+            )
+        );
         let elapsed = read_at.elapsed();
         // A round near the renew deadline means renewals are about to fail: say so.
         if elapsed * 2 > self.timing.renew_deadline {
@@ -444,10 +453,62 @@ impl Manager {
         self.publish();
     }
 
+    /// Gives up held shards whose fence closed by time.
+    fn drop_expired(&self, why: &str) {
+        for shard in self.writers.held() {
+            if !self.writers.fence_holds(shard) {
+                warn!(shard, "lost the shard: {why}");
+                self.writers.drop_shard(shard);
+            }
+        }
+    }
+
+    async fn release_lease(&mut self, shard: u32) {
+        let elector = &mut self.shard_electors[shard as usize];
+        match elector.release().await {
+            Ok(()) => debug!(shard, "released the shard's lease"),
+            Err(e) => warn!(shard, error = %e, "releasing the shard's lease failed; it expires by itself"),
+        }
+    }
+
+    fn publish(&self) {
+        let held = self.writers.held();
+        self.admin.metrics.set_shards(self.writers.count(), &held);
+        self.admin.metrics.set_leader(!held.is_empty());
+    }
+
+    /// Closes every fence, then releases the held shards and the member slot.
+    async fn shutdown(&mut self) {
+        let held = self.writers.held();
+        for shard in &held {
+            self.writers.drop_shard(*shard);
+        }
+        self.publish();
+        for shard in held.into_iter().chain(std::mem::take(&mut self.releasing)) {
+            self.release_lease(shard).await;
+        }
+        self.membership.leave().await;
+    }
+}
+
+/// This replica's member slot and what it sees of the others'.
+struct Membership {
+    client: Client,
+    namespace: String,
+    prefix: String,
+    identity: String,
+    timing: Timing,
+    /// Our member slot, once we hold one.
+    slot: Option<Elector>,
+    /// Observers of the other member slots (an elector never claims through these).
+    members: BTreeMap<String, Elector>,
+}
+
+impl Membership {
     /// Renews our member slot (taking one when we have none) and counts the live members, us
     /// included; `None` while we hold no slot (then we take no shards: the others would not
     /// count us and their shares would overlap ours).
-    async fn membership(&mut self, leases: &BTreeMap<String, Lease>, read_at: Instant) -> Option<usize> {
+    async fn renew(&mut self, leases: &BTreeMap<String, Lease>, read_at: Instant) -> Option<usize> {
         let ours = self.slot.as_ref().map(|s| s.name().to_owned());
         let mut live = 0;
         let mut free = Vec::new();
@@ -513,97 +574,8 @@ impl Manager {
         self.slot.as_ref().map(|_| live + 1)
     }
 
-    /// Renews the shards held here; returns them and the shards free to take.
-    async fn renew_shards(
-        &mut self,
-        leases: &BTreeMap<String, Lease>,
-        read_at: Instant,
-    ) -> (BTreeSet<u32>, BTreeSet<u32>) {
-        let mut held = BTreeSet::new();
-        let mut takeable = BTreeSet::new();
-        let mut renewals = Vec::new();
-        for (shard, elector) in (0..).zip(self.shard_electors.iter_mut()) {
-            let lease = leases.get(&shard_lease(&self.prefix, shard)).cloned();
-            let decision = elector.observe(lease.as_ref(), read_at);
-            let held_here = self.writers.is_held(shard);
-            match decision {
-                // Renewed side by side below: a round must stay well inside the retry period.
-                Decision::Renew if held_here => renewals.push(async move { (shard, elector.claim(lease).await) }),
-                Decision::Wait { holder } => {
-                    if held_here {
-                        warn!(shard, %holder, "another replica holds the shard now: no more writes for its parents");
-                        self.writers.drop_shard(shard);
-                    }
-                }
-                // Free, expired, missing, or ours by its record but given up here.
-                Decision::Renew | Decision::Take | Decision::Create => {
-                    if held_here {
-                        self.writers.drop_shard(shard);
-                    }
-                    if !self.releasing.contains(&shard) {
-                        takeable.insert(shard);
-                    }
-                }
-            }
-        }
-        for (shard, result) in futures::future::join_all(renewals).await {
-            match result {
-                Ok(Some(started)) => {
-                    self.writers.renewed(shard, started + self.timing.renew_deadline);
-                    held.insert(shard);
-                }
-                Ok(None) => {
-                    warn!(shard, "another replica took the shard: no more writes for its parents");
-                    self.writers.drop_shard(shard);
-                }
-                Err(e) => {
-                    warn!(shard, error = %e, "renewing the shard failed");
-                    if self.writers.fence_holds(shard) {
-                        held.insert(shard);
-                    } else {
-                        warn!(shard, "lost the shard: its renewals failed past the renew deadline");
-                        self.writers.drop_shard(shard);
-                    }
-                }
-            }
-        }
-        (held, takeable)
-    }
-
-    /// Gives up held shards whose fence closed by time.
-    fn drop_expired(&self, why: &str) {
-        for shard in self.writers.held() {
-            if !self.writers.fence_holds(shard) {
-                warn!(shard, "lost the shard: {why}");
-                self.writers.drop_shard(shard);
-            }
-        }
-    }
-
-    async fn release_lease(&mut self, shard: u32) {
-        let elector = &mut self.shard_electors[shard as usize];
-        match elector.release().await {
-            Ok(()) => debug!(shard, "released the shard's lease"),
-            Err(e) => warn!(shard, error = %e, "releasing the shard's lease failed; it expires by itself"),
-        }
-    }
-
-    fn publish(&self) {
-        let held = self.writers.held();
-        self.admin.metrics.set_shards(self.writers.count(), &held);
-        self.admin.metrics.set_leader(!held.is_empty());
-    }
-
-    /// Closes every fence, then releases the held shards and the member slot.
-    async fn shutdown(&mut self) {
-        let held = self.writers.held();
-        for shard in &held {
-            self.writers.drop_shard(*shard);
-        }
-        self.publish();
-        for shard in held.into_iter().chain(std::mem::take(&mut self.releasing)) {
-            self.release_lease(shard).await;
-        }
+    /// Releases our slot, so the others stop counting us at once.
+    async fn leave(&mut self) {
         if let Some(mut slot) = self.slot.take() {
             match slot.release().await {
                 Ok(()) => info!(slot = %slot.name(), "released the shards and the member slot"),
@@ -615,9 +587,146 @@ impl Manager {
     }
 }
 
+/// Renews the shards held here; returns them and the shards free to take.
+async fn renew_shards(
+    electors: &mut [Elector],
+    writers: &Writers,
+    prefix: &str,
+    timing: Timing,
+    releasing: &BTreeSet<u32>,
+    leases: &BTreeMap<String, Lease>,
+    read_at: Instant,
+) -> (BTreeSet<u32>, BTreeSet<u32>) {
+    let mut held = BTreeSet::new();
+    let mut takeable = BTreeSet::new();
+    let mut renewals = Vec::new();
+    for (shard, elector) in (0..).zip(electors.iter_mut()) {
+        let lease = leases.get(&shard_lease(prefix, shard)).cloned();
+        let decision = elector.observe(lease.as_ref(), read_at);
+        let held_here = writers.is_held(shard);
+        match decision {
+            // Renewed side by side below: a round must stay well inside the retry period.
+            Decision::Renew if held_here => renewals.push(async move { (shard, elector.claim(lease).await) }),
+            Decision::Wait { holder } => {
+                if held_here {
+                    warn!(shard, %holder, "another replica holds the shard now: no more writes for its parents");
+                    writers.drop_shard(shard);
+                }
+            }
+            // Free, expired, missing, or ours by its record but given up here.
+            Decision::Renew | Decision::Take | Decision::Create => {
+                if held_here {
+                    writers.drop_shard(shard);
+                }
+                if !releasing.contains(&shard) {
+                    takeable.insert(shard);
+                }
+            }
+        }
+    }
+    for (shard, result) in futures::future::join_all(renewals).await {
+        match result {
+            Ok(Some(started)) => {
+                writers.renewed(shard, started + timing.renew_deadline);
+                held.insert(shard);
+            }
+            Ok(None) => {
+                warn!(shard, "another replica took the shard: no more writes for its parents");
+                writers.drop_shard(shard);
+            }
+            Err(e) => {
+                warn!(shard, error = %e, "renewing the shard failed");
+                if writers.fence_holds(shard) {
+                    held.insert(shard);
+                } else {
+                    warn!(shard, "lost the shard: its renewals failed past the renew deadline");
+                    writers.drop_shard(shard);
+                }
+            }
+        }
+    }
+    (held, takeable)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client whose every request answers 200 `{}` and is counted.
+    fn counting_client() -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = sent.clone();
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async {
+                Ok::<_, BoxError>(
+                    http::Response::builder()
+                        .status(200)
+                        .body(kube::client::Body::from(b"{}".to_vec()))
+                        .expect("response"),
+                )
+            }
+        });
+        (Client::new(service, "default"), sent)
+    }
+
+    fn post() -> http::Request<kube::client::Body> {
+        http::Request::builder()
+            .method(http::Method::POST)
+            .uri("/api/v1/namespaces/default/configmaps")
+            .body(kube::client::Body::from(b"{}".to_vec()))
+            .expect("request")
+    }
+
+    #[tokio::test]
+    async fn a_shard_writes_only_while_its_lease_is_held() {
+        let (base, sent) = counting_client();
+        let writers = Writers::sharded(&base, 4, &Reporter::from("ruleop"));
+        let (mine, other) = (writers.of("uid-a").index(), (writers.of("uid-a").index() + 1) % 4);
+        let mut taken = writers.subscribe();
+        writers.acquire(mine, Instant::now() + std::time::Duration::from_secs(10));
+        assert_eq!(
+            futures::StreamExt::next(&mut taken).await,
+            Some(mine),
+            "the controllers hear of it"
+        );
+        assert!(writers.of("uid-a").held());
+        writers
+            .of("uid-a")
+            .client
+            .send(post())
+            .await
+            .expect("the holder writes");
+        let refused = writers.shards[other as usize].client.send(post()).await;
+        assert!(
+            refused
+                .expect_err("another shard is fenced")
+                .to_string()
+                .contains("does not hold the lease"),
+            "a write for a shard not held is refused"
+        );
+        let read = http::Request::builder()
+            .uri("/api/v1/namespaces/default/configmaps")
+            .body(kube::client::Body::empty())
+            .expect("request");
+        writers.shards[other as usize]
+            .client
+            .send(read)
+            .await
+            .expect("reads pass");
+        writers.drop_shard(mine);
+        assert!(!writers.of("uid-a").held());
+        assert!(
+            writers.of("uid-a").client.send(post()).await.is_err(),
+            "no write once given up"
+        );
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            2,
+            "one write and one read reached the API server"
+        );
+        assert_eq!(writers.held(), BTreeSet::new());
+    }
 
     #[test]
     fn fnv1a_matches_the_specification_vectors() {

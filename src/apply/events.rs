@@ -35,6 +35,15 @@ const NOTE_LIMIT: usize = 960;
 /// window client-go's and kube's recorders use.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 
+/// Events sent at once. Events are for people and can wait: a burst of reconciles (a template
+/// edit over 1,000 parents) sends its child writes first instead of sharing the API server with
+/// as many Events.
+const SENDERS: usize = 2;
+
+/// Most Events waiting to be sent; more are dropped with a log line, as client-go's broadcaster
+/// drops beyond its queue of 1,000: an API server too slow for Events must not fill memory.
+const MAX_QUEUED: usize = 4096;
+
 /// The reporting controller of every Event.
 const CONTROLLER: &str = "ruleop";
 
@@ -45,6 +54,9 @@ pub struct EventLog {
     client: Client,
     instance: String,
     recent: Mutex<HashMap<u64, Recent>>,
+    /// Events in flight or waiting for a sender.
+    senders: std::sync::Arc<tokio::sync::Semaphore>,
+    queued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// One recently published Event.
@@ -62,6 +74,8 @@ impl EventLog {
             client,
             instance: std::env::var("POD_NAME").unwrap_or_else(|_| CONTROLLER.to_owned()),
             recent: Mutex::new(HashMap::new()),
+            senders: std::sync::Arc::new(tokio::sync::Semaphore::new(SENDERS)),
+            queued: std::sync::Arc::default(),
         }
     }
 
@@ -180,6 +194,12 @@ pub fn publish(
     let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".to_owned());
     let base: String = parent.name.chars().take(200).collect();
     let log = cluster.events;
+    let queued = std::sync::Arc::clone(&log.queued);
+    if queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= MAX_QUEUED {
+        queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        warn!(parent = %parent.name, reason, "dropping an Event: {MAX_QUEUED} are waiting to be sent");
+        return;
+    }
     let send = log.record(key, &base, Instant::now());
     cluster.count_write(
         match send {
@@ -206,7 +226,9 @@ pub fn publish(
         ..K8sEvent::default()
     };
     let (log, parent_name) = (std::sync::Arc::clone(log), parent.name.clone());
+    let senders = std::sync::Arc::clone(&log.senders);
     tokio::spawn(async move {
+        let _permit = senders.acquire_owned().await;
         let result = match send {
             Send::Create(name) => create(&api, event, name).await,
             Send::Series { name, count } => {
@@ -225,6 +247,7 @@ pub fn publish(
                 }
             }
         };
+        queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if let Err(e) = result {
             warn!(parent = %parent_name, error = %bounded(&e.to_string(), MESSAGE_LIMIT), "publishing an Event failed");
         }
@@ -342,6 +365,28 @@ mod tests {
             namespace: namespace.into(),
             name: name.into(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_repeat_within_the_window_is_a_series_of_the_first_and_after_it_a_new_event() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let log = EventLog::new(Client::try_from(config).expect("client"));
+        let start = Instant::now();
+        let Send::Create(first) = log.record(1, "orders", start) else {
+            panic!("a first occurrence is a new Event")
+        };
+        assert!(first.starts_with("orders."), "{first}");
+        assert!(
+            matches!(log.record(2, "orders", start), Send::Create(_)),
+            "another note, another Event"
+        );
+        match log.record(1, "orders", start + Duration::from_secs(60)) {
+            Send::Series { name, count } => assert_eq!((name, count), (first.clone(), 2)),
+            Send::Create(_) => panic!("a repeat is a series"),
+        }
+        let later = start + Duration::from_secs(60) + SERIES_WINDOW;
+        assert!(matches!(log.record(1, "orders", later), Send::Create(name) if name != first));
+        assert_eq!(log.len(), 1, "the other Event left the window and was forgotten");
     }
 
     #[test]

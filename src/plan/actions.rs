@@ -1,9 +1,11 @@
 //! Action decisions: whether each guarded one-shot action runs now, and why.
 //!
-//! A run is keyed by an idempotency key derived from (parent UID, action id, guard value). The
-//! apply layer records the key in `status.actions.<id>` (phase `Pending`) before acting and
-//! marks it `Done` after; a `Pending` record is always resumed with its own key, never a new
-//! one, so a crash between intent and completion cannot produce a second effect.
+//! A run is keyed by an idempotency key derived from (parent UID, action id, guard value), a
+//! function of the parent and its completed-run record, so every attempt at one run has the same
+//! key until the apply layer records it `Done`. A `create` run needs nothing more (the created
+//! object's name derives from the key: a repeat meets AlreadyExists); an `http` run records its
+//! intent (phase `Pending`) before sending, and a `Pending` record is always resumed with its
+//! own key, never a new one, so a crash between sending and completion re-sends that key only.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

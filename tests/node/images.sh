@@ -100,7 +100,8 @@ build_postgres() {
     | grep -E '^lib|^zlib' | grep -vE '^lib(llvm|perl|z3)' | sort -u)
   rm -rf "$debs"
   mkdir -p "$debs"
-  (cd "$debs" && apt-get download -o APT::Sandbox::User=root "${packages[@]}" "${libs[@]}" >/dev/null)
+  download() { (cd "$debs" && apt-get download -o APT::Sandbox::User=root "${packages[@]}" "${libs[@]}" >/dev/null); }
+  download || { apt-get update >/dev/null && download; }
   rm -rf "$pool" "$rootfs"
   mkdir -p "$pool" "$rootfs"
   local deb

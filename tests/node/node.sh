@@ -206,6 +206,8 @@ import_images() {
 
 cmd_start() {
   paths "$1"
+  [[ "$(id -u)" == 0 ]] || die "the node needs root (containerd, runc, cgroups, the bridge)"
+  [[ -d /sys/fs/cgroup/pids ]] || die "the node needs cgroup v1 hierarchies (/sys/fs/cgroup/pids)"
   [[ -x "$bin" ]] || die "$bin missing: run tests/apiserver/ctl.sh build"
   [[ -f "$kubeconfig" ]] || die "no control plane in $state (ctl.sh start --node)"
   command -v containerd >/dev/null && command -v runc >/dev/null && [[ -x "$cni_bin/bridge" ]] \
@@ -260,19 +262,26 @@ static_pod_running() {
   [[ "$(kubectl_ -n kube-system get pod "node-check-$node_name" -o jsonpath='{.status.phase}')" == Running ]]
 }
 
-# stop_pid NAME: SIGTERM, then SIGKILL after 15 s.
-stop_pid() {
-  local pidfile="$dir/$1.pid" pid
-  [[ -f "$pidfile" ]] || return 0
-  pid="$(cat "$pidfile")"
-  if kill -TERM "$pid" 2>/dev/null; then
-    for _ in $(seq 1 150); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
+# stop_pids NAME...: SIGTERM to each, then SIGKILL to those alive after 15 s.
+stop_pids() {
+  local name pids=()
+  for name in "$@"; do
+    [[ -f "$dir/$name.pid" ]] || continue
+    pids+=("$(cat "$dir/$name.pid")")
+    rm -f "$dir/$name.pid"
+  done
+  ((${#pids[@]})) || return 0
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  local pid alive
+  for _ in $(seq 1 150); do
+    alive=0
+    for pid in "${pids[@]}"; do
+      kill -0 "$pid" 2>/dev/null && alive=1
     done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
+    ((alive)) || return 0
+    sleep 0.1
+  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
 }
 
 # kill_cgroup SUB: SIGKILLs every process in the node's cgroup SUB (recursively) until none is
@@ -300,11 +309,9 @@ cmd_stop() {
   if [[ -f "$kubeconfig" ]]; then
     volumes="$(kubectl_ get pv -o jsonpath='{range .items[*]}{.spec.hostPath.path}{"\n"}{end}' 2>/dev/null || true)"
   fi
-  stop_pid kubelet
-  stop_pid kube-scheduler
-  stop_pid kube-controller-manager
+  stop_pids kubelet kube-scheduler kube-controller-manager
   kill_cgroup kubepods
-  stop_pid containerd
+  stop_pids containerd
   kill_cgroup ""
   # Mounts under the node's directory (container root filesystems, volumes, network namespaces),
   # deepest first.

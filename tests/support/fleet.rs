@@ -184,3 +184,69 @@ fn shard_series(text: &str, name: &str) -> Vec<(u32, u64)> {
         })
         .collect()
 }
+
+/// A `kubectl get databases --watch` in one namespace: each change as it arrives, timed on
+/// arrival, so a test learns when a parent converged without polling (a kubectl process per poll
+/// costs a loaded machine more than the operator under test).
+pub struct DatabaseWatch {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<(std::time::Instant, String)>,
+}
+
+impl DatabaseWatch {
+    /// Starts watching the Databases of `ns`.
+    pub fn start(ns: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("kubectl")
+            .args(["get", "databases", "-n", ns, "--watch", "-o"])
+            .arg(
+                "jsonpath={.metadata.name} {.metadata.generation} {.status.observedGeneration} \
+                 {.status.actions.backup.guardValue} {.status.actions.backup.phase}{\"\\n\"}",
+            )
+            .env("KUBECONFIG", &super::control_plane().kubeconfig)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl get --watch");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send((std::time::Instant::now(), line)).is_err() {
+                    return;
+                }
+            }
+        });
+        DatabaseWatch { child, lines }
+    }
+
+    /// Waits until each of `names` has been seen backed up at `generation` (reconciled at it,
+    /// its backup for it done); returns when the last of them was seen so.
+    pub fn backed_up(&self, names: &[String], generation: i64, timeout: Duration) -> std::time::Instant {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut waiting: std::collections::BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        let mut last = std::time::Instant::now();
+        let done = format!("{generation} {generation} generation={generation} Done");
+        while !waiting.is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let (at, line) = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("timed out after {timeout:?}; still waiting for {waiting:?}"));
+            if let Some((name, state)) = line.split_once(' ')
+                && state.trim() == done
+                && waiting.remove(name)
+            {
+                last = at;
+            }
+        }
+        last
+    }
+}
+
+impl Drop for DatabaseWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -9,6 +9,7 @@ pub mod custom;
 pub mod exposition;
 pub mod fleet;
 pub mod mount;
+pub mod node;
 pub mod webhook;
 
 use std::io::{BufRead, BufReader};
@@ -31,6 +32,8 @@ pub struct ControlPlane {
     process: Mutex<Option<(Child, ChildStdin)>>,
     /// The data directory of a restartable plane (see [`restartable_control_plane`]).
     data_dir: Option<tempfile::TempDir>,
+    /// Whether it has a node (see [`node_control_plane`]).
+    node: bool,
 }
 
 static PLANE: OnceLock<ControlPlane> = OnceLock::new();
@@ -45,6 +48,7 @@ pub fn control_plane() -> &'static ControlPlane {
                 kubeconfig: PathBuf::from(path),
                 process: Mutex::new(None),
                 data_dir: None,
+                node: false,
             };
         }
         let (child, stdin, kubeconfig) = start_apiserver(&[]);
@@ -52,6 +56,7 @@ pub fn control_plane() -> &'static ControlPlane {
             kubeconfig,
             process: Mutex::new(Some((child, stdin))),
             data_dir: None,
+            node: false,
         }
     })
 }
@@ -68,11 +73,25 @@ pub fn restartable_control_plane() -> &'static ControlPlane {
             kubeconfig,
             process: Mutex::new(Some((child, stdin))),
             data_dir: Some(dir),
+            node: false,
         }
     });
     assert!(
         plane.data_dir.is_some(),
         "restartable_control_plane() must be called before any other use of the control plane"
+    );
+    plane
+}
+
+/// Makes this test binary's control plane the one with a node (tests/node, see [`node`]):
+/// reused from `RULEOP_NODE_KUBECONFIG` (`make test` starts it), or started with `ctl.sh start
+/// --node` and stopped after this process exits. Call it first: it panics if another control
+/// plane is already in use.
+pub fn node_control_plane() -> &'static ControlPlane {
+    let plane = PLANE.get_or_init(node::control_plane);
+    assert!(
+        plane.node,
+        "node_control_plane() must be called before any other use of the control plane"
     );
     plane
 }
