@@ -13,7 +13,7 @@ check:           ## validate the shipped rules
 schema:          ## regenerate schema/rule.schema.json
 	cargo run --quiet -- schema > schema/rule.schema.json
 
-bench:           ## convergence benchmark vs a floor and a kopf peer (BENCH_N=100,1000); see bench/README.md
+bench:           ## convergence benchmark: ruleop vs a floor, kopf and kro (BENCH_N=100,1000; BENCH_N=10000 for the large run); see bench/README.md
 	bench/run.sh
 
 control-plane:   ## build the control plane binary only

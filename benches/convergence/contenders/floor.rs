@@ -1,0 +1,181 @@
+//! The floor: the bare writes any Database operator must send, from inside the harness.
+//!
+//! For each created parent (handed over by the creator: no watch, no planning) it server-side
+//! applies the Service and StatefulSet that `ruleop render -o json` produces (rendered once for a
+//! placeholder parent, name and uid substituted), creates the backup Job and writes status once:
+//! 4 writes per parent, as many parents at once as ruleop reconciles.
+
+use anyhow::{Context, Result, ensure};
+use futures::future::BoxFuture;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Service;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+use super::{Contender, Created, Runner};
+use crate::parents::DATABASE;
+use crate::phases::Ctx;
+
+/// Placeholders for the floor's rendered objects.
+const PLACEHOLDER_NAME: &str = "bnchparentplaceholder";
+const PLACEHOLDER_UID: &str = "00000000-0000-4000-8000-0000b3c4a11d";
+
+/// The floor contender.
+pub struct Floor;
+
+/// The one floor.
+pub static FLOOR: Floor = Floor;
+
+impl Contender for Floor {
+    fn name(&self) -> &'static str {
+        "floor"
+    }
+
+    fn describe(&self) -> String {
+        "in the harness, a kube client that for each created parent applies the Service and StatefulSet \
+         `ruleop render` produces, creates the backup Job and writes status once (4 writes), \
+         `BENCH_FLOOR_CONCURRENCY` parents at a time; no process, so no RSS or CPU figure"
+            .to_owned()
+    }
+
+    fn runner(&self) -> Runner {
+        Runner::InHarness
+    }
+
+    fn serve<'a>(
+        &'a self,
+        ctx: &'a Ctx<'a>,
+        ns: &'a str,
+        parents: mpsc::UnboundedReceiver<Created>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let templates = FloorTemplates::render(ctx, ns).await?;
+            let client = Client::try_from(ctx.config.clone())?;
+            run_floor(client, ns, &templates, parents, ctx.settings.floor_concurrency).await
+        })
+    }
+}
+
+/// The objects `ruleop render` produces for a placeholder parent, as JSON text.
+struct FloorTemplates {
+    service: String,
+    statefulset: String,
+    job: String,
+    status: String,
+}
+
+impl FloorTemplates {
+    async fn render(ctx: &Ctx<'_>, ns: &str) -> Result<Self> {
+        let settings = ctx.settings;
+        let parent = settings.state.join(format!("floor-parent-{ns}.yaml"));
+        let mut db = DATABASE.object(PLACEHOLDER_NAME);
+        db["metadata"]["namespace"] = json!(ns);
+        db["metadata"]["uid"] = json!(PLACEHOLDER_UID);
+        db["metadata"]["generation"] = json!(1);
+        std::fs::write(&parent, serde_json::to_string(&db)?)?;
+        let out = Command::new(&settings.ruleop_bin)
+            .args([
+                "render",
+                "-o",
+                "json",
+                "--rules",
+                "rules",
+                "--templates",
+                "templates",
+                "-f",
+            ])
+            .arg(&parent)
+            .current_dir(&settings.root)
+            .output()
+            .await?;
+        ensure!(
+            out.status.success(),
+            "ruleop render: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout)?;
+        let child = |id: &str| -> Result<String> {
+            let children = v.pointer("/plan/children").and_then(Value::as_array);
+            let c = children
+                .into_iter()
+                .flatten()
+                .find(|c| c["id"] == id)
+                .with_context(|| format!("render output has no child {id}"))?;
+            Ok(c["object"].to_string())
+        };
+        let actions = v.pointer("/plan/actions").and_then(Value::as_array);
+        let job = actions
+            .into_iter()
+            .flatten()
+            .find(|a| a["id"] == "backup")
+            .and_then(|a| a.pointer("/effect/create"))
+            .context("render output has no backup Job")?;
+        let mut status = v
+            .pointer("/plan/statusPatch")
+            .context("render output has no statusPatch")?
+            .clone();
+        if let Some(conditions) = status.pointer_mut("/status/conditions").and_then(Value::as_array_mut) {
+            conditions.push(
+                json!({"type": "BackupInitiated", "status": "True", "reason": "AsExpected",
+                "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}),
+            );
+        }
+        Ok(FloorTemplates {
+            service: child("service")?,
+            statefulset: child("statefulset")?,
+            job: job.to_string(),
+            status: status.to_string(),
+        })
+    }
+
+    fn instantiate(text: &str, name: &str, uid: &str) -> Result<Value> {
+        Ok(serde_json::from_str(
+            &text.replace(PLACEHOLDER_NAME, name).replace(PLACEHOLDER_UID, uid),
+        )?)
+    }
+}
+
+/// For each created parent: server-side apply of its Service and StatefulSet, create the backup
+/// Job, one status write. `concurrency` parents at a time.
+async fn run_floor(
+    client: Client,
+    ns: &str,
+    templates: &FloorTemplates,
+    rx: mpsc::UnboundedReceiver<Created>,
+    concurrency: usize,
+) -> Result<()> {
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let databases: Api<DynamicObject> = Api::namespaced_with(client, ns, &DATABASE.resource());
+    let apply = PatchParams::apply("ruleop-floor").force();
+    let parents = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|p| (p, rx)) });
+    parents
+        .map(Ok)
+        .try_for_each_concurrent(concurrency.max(1), |(name, uid, generation)| {
+            let (services, statefulsets, jobs, databases, apply) =
+                (&services, &statefulsets, &jobs, &databases, &apply);
+            async move {
+                let service = FloorTemplates::instantiate(&templates.service, &name, &uid)?;
+                services
+                    .patch(&format!("{name}-svc"), apply, &Patch::Apply(&service))
+                    .await?;
+                let statefulset = FloorTemplates::instantiate(&templates.statefulset, &name, &uid)?;
+                statefulsets.patch(&name, apply, &Patch::Apply(&statefulset)).await?;
+                let job: Job = serde_json::from_value(FloorTemplates::instantiate(&templates.job, &name, &uid)?)?;
+                jobs.create(&PostParams::default(), &job).await?;
+                let mut status = FloorTemplates::instantiate(&templates.status, &name, &uid)?;
+                status["status"]["observedGeneration"] = json!(generation);
+                databases
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await?;
+                anyhow::Ok(())
+            }
+        })
+        .await
+}

@@ -1,0 +1,410 @@
+//! One contender at one N: the phases and what each measures (bench/README.md, "The numbers").
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail, ensure};
+use k8s_openapi::api::core::v1::Service;
+use kube::{Client, Config};
+use tokio::sync::mpsc;
+
+use crate::contenders::{Contender, Runner, Setup};
+use crate::observer::{Observer, wait_labelled};
+use crate::parents::{create_namespace, create_parents, delete_namespace, release_finalizers};
+use crate::plane::ControlPlane;
+use crate::process::{Operator, RssSampler};
+use crate::settings::Settings;
+use crate::writes::{Counts, apiserver_writes, diff, settle};
+
+/// What every phase needs.
+pub struct Ctx<'a> {
+    /// The run's parameters.
+    pub settings: &'a Settings,
+    /// The control plane.
+    pub plane: &'a ControlPlane,
+    /// The harness's client (creates parents, watches, reads the API server's counters).
+    pub client: Client,
+    /// Its config, for contenders that want a client of their own (the floor).
+    pub config: Config,
+    /// rules/ with the short resync (ruleop's resync phase).
+    pub resync_rules: PathBuf,
+}
+
+/// Start-up over N converged parents.
+#[derive(Default)]
+pub struct Startup {
+    /// Spawn to ready.
+    pub ready: Duration,
+    /// Spawn to the first reconcile completed.
+    pub first: Duration,
+    /// Spawn to N reconciles completed.
+    pub all: Duration,
+    /// Writes until then (and 2 s of quiet).
+    pub writes: Counts,
+    /// VmRSS of the restarted process once all N are reconciled and writes are still.
+    pub rss_kb: Option<u64>,
+    /// CPU seconds of the restarted process by then.
+    pub cpu_s: Option<f64>,
+}
+
+/// ruleop restarted with a short resync.
+#[derive(Default)]
+pub struct Resync {
+    /// Reconciles counted in the window.
+    pub reconciles: u64,
+    /// How long N more reconciles took.
+    pub took: Duration,
+    /// Writes during those N reconciles (target 0).
+    pub writes: Counts,
+    /// Writes from the restart until the first N reconciles.
+    pub writes_restart: Counts,
+}
+
+/// Everything measured for one contender at one N.
+#[derive(Default)]
+pub struct RunResult {
+    /// Its name.
+    pub contender: &'static str,
+    /// N.
+    pub n: usize,
+    /// Why it has no figures (failed, or skipped).
+    pub error: Option<String>,
+    /// Whether `error` is a skip (above the contender's max N), not a failure.
+    pub skipped: bool,
+    /// First create to last parent converged.
+    pub converge: Duration,
+    /// Per-parent latency, ms.
+    pub p50_ms: f64,
+    /// Per-parent latency, ms.
+    pub p99_ms: f64,
+    /// Per-parent latency, ms.
+    pub max_ms: f64,
+    /// Seconds from the first create at which each parent converged, sorted.
+    pub curve: Vec<f64>,
+    /// Writes during convergence (the harness's own creates taken out).
+    pub writes_converge: Counts,
+    /// CPU seconds of the process from before the first create to write quiet after convergence.
+    pub cpu_converge_s: Option<f64>,
+    /// VmRSS 3 s after ready in the empty namespace.
+    pub rss_empty_kb: Option<u64>,
+    /// VmHWM / sampled peak.
+    pub rss_peak_kb: Option<u64>,
+    /// VmRSS after convergence and quiet.
+    pub rss_steady_kb: Option<u64>,
+    /// The restart over N converged parents.
+    pub startup: Option<Startup>,
+    /// ruleop's resync phase.
+    pub resync: Option<Resync>,
+    /// ruleop's reload phase: template edit to all N children updated.
+    pub reload: Option<Duration>,
+    /// Anything worth a line under the table.
+    pub notes: Vec<String>,
+}
+
+impl RunResult {
+    fn failed(contender: &'static str, n: usize, error: String, skipped: bool) -> Self {
+        RunResult {
+            contender,
+            n,
+            error: Some(error),
+            skipped,
+            ..Default::default()
+        }
+    }
+}
+
+/// One contender at one N in a fresh namespace, which is deleted afterwards unless `last` (the
+/// control plane goes next, and at N = 10,000 deleting 40,000 objects takes minutes). Never
+/// fails: a failure is recorded in the result and the run goes on.
+pub async fn run_contender(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, last: bool) -> RunResult {
+    let name = contender.name();
+    if let Some(max) = contender.max_n().filter(|&max| n > max) {
+        let why = format!("skipped at N={n} (runs up to N={max}; BENCH_PEER_MAX_N raises it)");
+        eprintln!("   {why}");
+        return RunResult::failed(name, n, why, true);
+    }
+    let ns = format!("bench-{name}-{n}");
+    if let Err(e) = create_namespace(&ctx.client, &ns).await {
+        return RunResult::failed(name, n, format!("{e:#}"), false);
+    }
+    let result = measure(ctx, contender, n, &ns).await;
+    let mut result = match result {
+        Ok(r) => r,
+        Err(e) => RunResult::failed(name, n, format!("{e:#}"), false),
+    };
+    if last {
+        return result;
+    }
+    // Finalizers (ruleop's final backup, kro's) would hold the namespace with the operator gone.
+    if let Err(e) = release_finalizers(&ctx.client, contender.parent(), &ns).await {
+        eprintln!("   releasing finalizers in {ns}: {e:#}");
+    }
+    match delete_namespace(&ctx.client, &ns, n).await {
+        Ok(took) => eprintln!("   namespace {ns} deleted in {:.1}s", took.as_secs_f64()),
+        Err(e) => result.notes.push(format!("namespace deletion: {e:#}")),
+    }
+    result
+}
+
+async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns: &str) -> Result<RunResult> {
+    let settings = ctx.settings;
+    let mut result = RunResult {
+        contender: contender.name(),
+        n,
+        ..Default::default()
+    };
+
+    // The contender, idle in its empty namespace.
+    let mut operator = None;
+    let (handover, parents_rx) = mpsc::unbounded_channel();
+    let mut handover = Some(handover);
+    if let Runner::Process = contender.runner() {
+        let op = Operator::start(ctx, contender, ns, &Setup::default())?;
+        op.wait_ready(Duration::from_secs(90)).await?;
+        contender.after_ready(ctx).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        result.rss_empty_kb = op.proc_status("VmRSS");
+        operator = Some(op);
+        handover = None;
+    }
+    let observer = Observer::start(&ctx.client, ns, contender).await?;
+    let sampler = operator.as_ref().map(|op| RssSampler::start(op.pid));
+
+    // Convergence: create N parents, wait until every one is converged.
+    let before = apiserver_writes(&ctx.client).await?;
+    let cpu_before = operator.as_ref().and_then(Operator::cpu_seconds);
+    let start = Instant::now();
+    let serve_error = Arc::new(Mutex::new(None::<String>));
+    let in_harness = handover.is_some();
+    let serving = async {
+        if in_harness && let Err(e) = contender.serve(ctx, ns, parents_rx).await {
+            *serve_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(format!("{e:#}"));
+        }
+    };
+    let converging = async {
+        let sent = create_parents(&ctx.client, contender.parent(), ns, n, settings.in_flight, handover).await?;
+        // Fail fast when the contender dies (process exit, in-harness error) or makes no progress.
+        let mut alive = || -> Option<String> {
+            if let Some(e) = serve_error.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+                return Some(format!("{} failed: {e}", contender.name()));
+            }
+            operator.as_mut()?.exited()
+        };
+        let converged = observer
+            .wait_all(n, start, settings.converge_timeout(n), &mut alive)
+            .await;
+        anyhow::Ok((sent, converged))
+    };
+    let (converged, ()) = tokio::join!(converging, serving);
+    let (sent, converged) = converged?;
+    let converged = match converged {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(op) = &operator {
+                result.notes.push(format!("log: {}", op.log.display()));
+            }
+            return Err(e.context(format!("{} did not converge", contender.name())));
+        }
+    };
+    result.converge = converged.values().max().copied().unwrap_or(start) - start;
+    result.curve = converged.values().map(|t| (*t - start).as_secs_f64()).collect();
+    result.curve.sort_by(f64::total_cmp);
+    let mut latencies: Vec<f64> = sent
+        .iter()
+        .filter_map(|(name, at)| Some((*converged.get(name)? - *at).as_secs_f64() * 1000.0))
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    result.p50_ms = percentile(&latencies, 50.0);
+    result.p99_ms = percentile(&latencies, 99.0);
+    result.max_ms = latencies.last().copied().unwrap_or_default();
+    let after = settle(&ctx.client, Duration::from_secs(3), Duration::from_secs(60)).await?;
+    let mut writes = diff(&after, &before);
+    // The benchmark's own N creates are not the operator's.
+    if let Some(posts) = writes.get_mut(&("POST".to_owned(), "databases".to_owned())) {
+        *posts = posts.saturating_sub(n as u64);
+    }
+    writes.retain(|_, v| *v > 0);
+    result.writes_converge = writes;
+
+    let Some(op) = operator else {
+        return Ok(result);
+    };
+    result.cpu_converge_s = op.cpu_seconds().zip(cpu_before).map(|(a, b)| a - b);
+    // Memory once idle again.
+    tokio::time::sleep(settings.steady).await;
+    result.rss_steady_kb = op.proc_status("VmRSS");
+    result.rss_peak_kb = op.proc_status("VmHWM").max(sampler.map(RssSampler::stop));
+    result.notes.extend(op.stop("convergence").await);
+
+    let (startup, note) = startup(ctx, contender, ns, n).await?;
+    result.startup = Some(startup);
+    result.notes.extend(note);
+
+    let extras = contender.extras();
+    if extras.resync {
+        let (resync, note) = resync(ctx, contender, ns, n).await?;
+        result.resync = Some(resync);
+        result.notes.extend(note);
+    }
+    if extras.reload && n >= 10_000 {
+        result
+            .notes
+            .push("reload not measured at N >= 10,000 (its target is at N = 1,000)".to_owned());
+    } else if extras.reload {
+        let (reload, note) = reload(ctx, contender, ns, n).await?;
+        result.reload = Some(reload);
+        result.notes.extend(note);
+    }
+    drop(observer);
+    Ok(result)
+}
+
+/// The process started again over N converged parents: to ready, to the first and to N
+/// reconciles; its writes, memory and CPU by then.
+async fn startup(
+    ctx: &Ctx<'_>,
+    contender: &'static dyn Contender,
+    ns: &str,
+    n: usize,
+) -> Result<(Startup, Option<String>)> {
+    let before = apiserver_writes(&ctx.client).await?;
+    let op = Operator::start(ctx, contender, ns, &Setup::default())?;
+    let (mut ready, mut first) = (None, None);
+    let deadline = op.started + ctx.settings.converge_timeout(n);
+    let all = loop {
+        if ready.is_none() && op.ready().await {
+            ready = Some(op.started.elapsed());
+        }
+        let count = op.reconciles().await.unwrap_or(0);
+        if first.is_none() && count >= 1 {
+            first = Some(op.started.elapsed());
+        }
+        if count >= n as u64 && ready.is_some() {
+            break op.started.elapsed();
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "start-up: {count}/{n} reconciles after {:?} (log {})",
+                op.started.elapsed(),
+                op.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let cpu_s = op.cpu_seconds();
+    let after = settle(&ctx.client, Duration::from_secs(2), Duration::from_secs(60)).await?;
+    let rss_kb = op.proc_status("VmRSS");
+    let note = op.stop("start-up").await;
+    let startup = Startup {
+        ready: ready.unwrap_or_default(),
+        first: first.unwrap_or_default(),
+        all,
+        writes: diff(&after, &before),
+        rss_kb,
+        cpu_s,
+    };
+    Ok((startup, note))
+}
+
+/// Restart with the short resync: after the N start-up reconciles (and a short settle, shorter
+/// than the resync period), count the writes until N more reconciles have completed. The
+/// reconcile counter moves when a reconcile has finished, so its writes are in the window.
+async fn resync(
+    ctx: &Ctx<'_>,
+    contender: &'static dyn Contender,
+    ns: &str,
+    n: usize,
+) -> Result<(Resync, Option<String>)> {
+    let before = apiserver_writes(&ctx.client).await?;
+    let setup = Setup {
+        rules: Some(ctx.resync_rules.clone()),
+        templates: None,
+    };
+    let op = Operator::start(ctx, contender, ns, &setup)?;
+    op.wait_ready(Duration::from_secs(90)).await?;
+    let timeout = ctx.settings.converge_timeout(n);
+    op.wait_reconciles(n as u64, timeout).await?;
+    let mid = settle(&ctx.client, Duration::from_secs(1), Duration::from_secs(3)).await?;
+    let base = op.reconciles().await.unwrap_or(0);
+    let start = Instant::now();
+    op.wait_reconciles(base + n as u64, timeout).await?;
+    let took = start.elapsed();
+    let after = apiserver_writes(&ctx.client).await?;
+    let reconciles = op.reconciles().await.unwrap_or(0) - base;
+    let note = op.stop("resync").await;
+    let resync = Resync {
+        reconciles,
+        took,
+        writes: diff(&after, &mid),
+        writes_restart: diff(&mid, &before),
+    };
+    Ok((resync, note))
+}
+
+/// Hot reload: with N converged parents, replace the Service template by one adding a label
+/// (written aside, then renamed over, as an editor or the kubelet would) and time until all N
+/// Services carry it. Includes ruleop's default 500 ms debounce.
+async fn reload(
+    ctx: &Ctx<'_>,
+    contender: &'static dyn Contender,
+    ns: &str,
+    n: usize,
+) -> Result<(Duration, Option<String>)> {
+    let templates = ctx.settings.state.join("templates-reload");
+    let _ = std::fs::remove_dir_all(&templates);
+    copy_tree(&ctx.settings.root.join("templates"), &templates)?;
+    let setup = Setup {
+        rules: None,
+        templates: Some(templates.clone()),
+    };
+    let op = Operator::start(ctx, contender, ns, &setup)?;
+    op.wait_ready(Duration::from_secs(90)).await?;
+    let timeout = ctx.settings.converge_timeout(n);
+    op.wait_reconciles(n as u64, timeout).await?;
+    settle(&ctx.client, Duration::from_secs(1), Duration::from_secs(10)).await?;
+    let service = templates.join("database/service.yaml.j2");
+    let text = std::fs::read_to_string(&service)?;
+    let edited = text.replacen(
+        "    app: {{ metadata.name }}\n",
+        "    app: {{ metadata.name }}\n    reload: \"1\"\n",
+        1,
+    );
+    ensure!(
+        edited != text,
+        "the Service template has no `app:` label line to extend"
+    );
+    let aside = templates.join("database/.service.yaml.j2.tmp");
+    std::fs::write(&aside, edited)?;
+    let start = Instant::now();
+    std::fs::rename(&aside, &service)?;
+    if let Err(e) = wait_labelled::<Service>(&ctx.client, ns, "reload=1", n, timeout).await {
+        bail!("reload: {e:#} (log {})", op.log.display());
+    }
+    let took = start.elapsed();
+    let note = op.stop("reload").await;
+    Ok((took, note))
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Nearest rank.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}

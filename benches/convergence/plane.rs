@@ -1,0 +1,80 @@
+//! The control plane the benchmark runs against (tests/apiserver, via its ctl.sh), and kubectl.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use anyhow::{Context, Result, ensure};
+use tokio::process::Command;
+
+use crate::settings::Settings;
+
+/// A control plane this run started; stopped (and its data removed) on drop.
+pub struct ControlPlane {
+    ctl: PathBuf,
+    state: PathBuf,
+    /// The kubeconfig `ctl.sh start` printed.
+    pub kubeconfig: PathBuf,
+}
+
+impl ControlPlane {
+    /// Starts a fresh one (stopping a leftover of an interrupted run first).
+    pub fn start(settings: &Settings) -> Result<Self> {
+        let ctl = settings.ctl.clone();
+        let state = settings.state.clone();
+        let run = |arg: &str| {
+            std::process::Command::new(&ctl)
+                .arg(arg)
+                .env("RULEOP_APISERVER_STATE", &state)
+                .stdin(Stdio::null())
+                .output()
+        };
+        if !ctl.with_file_name("bin").join("apiserver").exists() {
+            let status = std::process::Command::new(&ctl).arg("build").status()?;
+            ensure!(status.success(), "ctl.sh build failed");
+        }
+        let _ = run("stop");
+        let out = run("start")?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success(),
+            "ctl.sh start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kubeconfig = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("export KUBECONFIG="))
+            .context("ctl.sh start printed no KUBECONFIG")?;
+        eprintln!("== control plane up (state {})", state.display());
+        Ok(ControlPlane {
+            ctl,
+            state,
+            kubeconfig: PathBuf::from(kubeconfig.trim()),
+        })
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.ctl)
+            .arg("stop")
+            .env("RULEOP_APISERVER_STATE", &self.state)
+            .stdin(Stdio::null())
+            .status();
+    }
+}
+
+/// Runs kubectl against the plane; its stdout, or an error with its stderr.
+pub async fn kubectl(plane: &ControlPlane, args: &[&str]) -> Result<String> {
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", &plane.kubeconfig)
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
