@@ -716,7 +716,10 @@ async fn apply_plan_steps(
             .metrics
             .action_ran(&rule.name, &decision.id, result.is_ok());
         match result {
-            Ok(()) => summary.ran(decision),
+            // Only a run that acted now is news; an object that already existed was reported
+            // by the reconcile that created it.
+            Ok(actions::Acted::Now) => summary.ran(decision),
+            Ok(actions::Acted::Before) => {}
             Err(e) => {
                 if !matches!(e, ApplyError::Conflict(_)) {
                     // A Warning of its own; the same error again joins its series.
