@@ -64,6 +64,11 @@ pub enum Command {
         /// Log format.
         #[arg(long, value_enum, env = "RULEOP_LOG_FORMAT", default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// Export spans (one trace per reconcile) as OpenTelemetry traces over OTLP/HTTP to
+        /// this collector, e.g. http://127.0.0.1:4318 (needs a build with the `otlp` feature;
+        /// off by default).
+        #[arg(long, env = "RULEOP_OTLP_ENDPOINT")]
+        otlp_endpoint: Option<String>,
         /// Quiet time after a change in the rule or template directories before reloading.
         #[arg(long, env = "RULEOP_RELOAD_DEBOUNCE", default_value = "500ms")]
         reload_debounce: String,

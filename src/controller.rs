@@ -32,6 +32,7 @@ use crate::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
 use crate::kinds::{Kinds, ServedKind};
 use crate::lookup_index::{self, RuleLookups};
 use crate::metrics::{Outcome, Sampled};
+use crate::parent_index::ParentIndex;
 use crate::plan::children::ObjectRef as ChildRef;
 use crate::plan::context::LABEL_RULE;
 use crate::plan::deletion::{self, FinalizerStep};
@@ -161,8 +162,10 @@ struct RuleContext {
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
     /// `Store::wait_until_ready` wakes only the last of several concurrent waiters.
     children_synced: tokio::sync::watch::Receiver<bool>,
-    /// The parent cache.
+    /// The parent cache (metadata).
     parents: Store<DynamicObject>,
+    /// The parents as JSON text.
+    bodies: Arc<ParentIndex>,
     /// What queued each parent (the span's `trigger`, the queue depth).
     triggers: Arc<Triggers>,
 }
@@ -259,8 +262,17 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let mut housekeeping = Housekeeping::new(memory.clone(), shared.admin.clone(), rule.name.clone());
     let triggers = Arc::new(Triggers::default());
     let (gone, queued) = (triggers.clone(), triggers.clone());
+    let bodies = Arc::new(ParentIndex::default());
+    let index = bodies.clone();
     let parents = shared
         .watch(rule, &parent_kind, config)
+        // The store keeps metadata; the parents themselves are kept as text.
+        .map(move |event| {
+            event.map(|mut event| {
+                index.take(&mut event);
+                event
+            })
+        })
         .reflect(parent_writer)
         // After the store has it: what we wrote is forgotten once the cache shows it.
         .inspect(move |event| {
@@ -366,6 +378,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         events,
         lookups,
         parents: parent_store,
+        bodies,
         triggers,
     });
     let sampled: Arc<dyn Sampled> = context.clone();
@@ -509,7 +522,11 @@ async fn reconcile_parent(
     if tokio::time::timeout(SYNC_WAIT, synced).await.is_err() {
         return Err(ReconcileError::NotSynced(SYNC_WAIT));
     }
-    let parent_json = ctx.written.newest(&uid, with_type(parent, &ctx.parent_kind.resource));
+    let Some(cached) = ctx.bodies.get(namespace, &parent.name_any(), &ctx.parent_kind.resource) else {
+        // Deleted a moment ago: its delete event is on its way.
+        return Ok(Action::await_change());
+    };
+    let parent_json = ctx.written.newest(&uid, cached);
     let now = now_rfc3339();
     // Every write of this reconcile goes through the parent's shard, fenced by its lease.
     let cluster = Cluster {
@@ -699,7 +716,10 @@ async fn apply_plan_steps(
             .metrics
             .action_ran(&rule.name, &decision.id, result.is_ok());
         match result {
-            Ok(()) => summary.ran(decision),
+            // Only a run that acted now is news; an object that already existed was reported
+            // by the reconcile that created it.
+            Ok(actions::Acted::Now) => summary.ran(decision),
+            Ok(actions::Acted::Before) => {}
             Err(e) => {
                 if !matches!(e, ApplyError::Conflict(_)) {
                     // A Warning of its own; the same error again joins its series.
@@ -908,14 +928,8 @@ fn parent_of(child: &DynamicObject, parent: &kube::discovery::ApiResource) -> Op
     Some(reference)
 }
 
-/// An object from a cache as JSON with its apiVersion and kind: objects that came from a
-/// LIST carry no type fields, and a child without them would never match its desired self.
-fn with_type(object: &DynamicObject, resource: &kube::discovery::ApiResource) -> Value {
-    let mut json = serde_json::to_value(object).unwrap_or_default();
-    set_type(&mut json, resource);
-    json
-}
-
+/// Sets a cached object's apiVersion and kind: objects that came from a LIST carry no type
+/// fields, and a child without them would never match its desired self.
 fn set_type(json: &mut Value, resource: &kube::discovery::ApiResource) {
     if let Some(map) = json.as_object_mut() {
         map.insert("apiVersion".to_owned(), Value::from(resource.api_version.clone()));

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use ruleop::cli::{Cli, Command, LogFormat};
+use ruleop::cli::{Cli, Command};
 use ruleop::offline;
 use ruleop::rules::duration;
 use ruleop::run::{RunSettings, run};
@@ -44,12 +44,20 @@ fn main() -> ExitCode {
             default_resync,
             admin_addr,
             log_format,
+            otlp_endpoint,
             reload_debounce,
             reload_interval,
             status_namespace,
             election,
         } => {
-            init_logging(log_format);
+            // Kept to the end of `run`: dropping it flushes the spans not exported yet.
+            let _telemetry = match ruleop::telemetry::init(log_format, otlp_endpoint.as_deref()) {
+                Ok(telemetry) => telemetry,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
             let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("error: --{flag}: {e}"));
             let durations = (
                 duration::parse_at_least(&default_resync, duration::MIN_RESYNC)
@@ -131,18 +139,5 @@ fn main() -> ExitCode {
             eprintln!("{e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        // kube's `reconciling object` span is kept: it carries each reconcile's trigger.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,kube_runtime::controller=info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }

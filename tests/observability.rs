@@ -143,6 +143,31 @@ fn the_metrics_endpoint_is_a_valid_exposition_whose_counters_move_with_a_reconci
     }
 }
 
+#[test]
+fn the_observability_component_builds_with_kustomize_into_the_rule_and_the_dashboard() {
+    let built = kubectl_ok(&["kustomize", &root().join("deploy/observability").display().to_string()]);
+    let objects: Vec<serde_json::Value> = built
+        .split("\n---\n")
+        .map(|doc| serde_saphyr::from_str(doc).expect("kustomize output parses"))
+        .collect();
+    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert!(
+        kinds.contains(&"PrometheusRule") && kinds.contains(&"ConfigMap"),
+        "{kinds:?}"
+    );
+    let dashboard = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("the dashboard ConfigMap");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: serde_json::Value =
+        serde_json::from_str(&observability_file("grafana-dashboard.json")).expect("the dashboard is JSON");
+    let mounted: serde_json::Value =
+        serde_json::from_str(dashboard["data"]["ruleop.json"].as_str().expect("ruleop.json")).expect("JSON");
+    assert_eq!(mounted, shipped, "the ConfigMap carries the dashboard as shipped");
+}
+
 fn observability_file(name: &str) -> String {
     std::fs::read_to_string(root().join("deploy/observability").join(name)).expect(name)
 }
@@ -189,10 +214,14 @@ fn alert_exprs() -> Vec<String> {
         .collect()
 }
 
-/// The ruleop and controller-runtime metric names in a PromQL expression.
+/// The ruleop, controller-runtime and workqueue metric names in a PromQL expression.
 fn metric_names(expr: &str) -> Vec<String> {
     expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .filter(|word| word.starts_with("ruleop_") || word.starts_with("controller_runtime_"))
+        .filter(|word| {
+            ["ruleop_", "controller_runtime_", "workqueue_"]
+                .iter()
+                .any(|p| word.starts_with(p))
+        })
         .map(str::to_owned)
         .collect()
 }

@@ -30,6 +30,17 @@ use crate::rules::model::ActionSpec;
 /// Condition summarising action failures; `False` while an action is failing.
 pub const ACTIONS_CONDITION: &str = "ActionsSucceeded";
 
+/// What a successful run did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acted {
+    /// The effect took place now: the object was created, the request was delivered.
+    Now,
+    /// The object for this key already existed: an earlier attempt (a crash before its record,
+    /// another operator, or our own run seen through a stale cache) created it; only the record
+    /// was written now.
+    Before,
+}
+
 /// Runs one action the plan decided to run. `parent` is the latest parent JSON and is
 /// replaced by the updated object after each status write. With `finish`, a successful
 /// completion also writes that status (observedGeneration, fields, conditions).
@@ -41,9 +52,9 @@ pub async fn run(
     decision: &ActionDecision,
     finish: Option<&DesiredStatus>,
     now: &str,
-) -> Result<(), ApplyError> {
+) -> Result<Acted, ApplyError> {
     let (Some(key), Some(guard_value), Some(effect)) = (&decision.key, &decision.guard_value, &decision.effect) else {
-        return Ok(());
+        return Ok(Acted::Before);
     };
     let id = decision.id.as_str();
     let record = RunRecord::read(parent, id).filter(|r| &r.key == key);
@@ -80,7 +91,7 @@ pub async fn run(
     }
     let outcome = match effect {
         Effect::Create(object) => create(cluster, object).await,
-        Effect::Http(request) => send(request, key).await,
+        Effect::Http(request) => send(request, key).await.map(|()| Acted::Now),
     };
     let conditions = parent
         .pointer("/status/conditions")
@@ -92,7 +103,7 @@ pub async fn run(
         .and_then(Value::as_i64)
         .unwrap_or(0);
     let (outcome_patch, wanted) = match &outcome {
-        Ok(()) => {
+        Ok(_) => {
             let mut wanted = Vec::new();
             for condition in spec
                 .record
@@ -168,15 +179,15 @@ pub async fn run(
     })
 }
 
-async fn create(cluster: &Cluster<'_>, object: &Value) -> Result<(), String> {
+async fn create(cluster: &Cluster<'_>, object: &Value) -> Result<Acted, String> {
     let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default();
     let (api_version, kind, namespace) = (text("/apiVersion"), text("/kind"), text("/metadata/namespace"));
     let api = cluster.api(api_version, kind, namespace).map_err(|e| e.to_string())?;
     let typed: kube::api::DynamicObject = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
     cluster.count_write("POST", kind);
     match api.create(&PostParams::default(), &typed).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Ok(_) => Ok(Acted::Now),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Acted::Before),
         Err(e) => Err(super::api_error::describe(&e)),
     }
 }
