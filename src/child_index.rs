@@ -1,23 +1,24 @@
 //! The children cache: objects of one child kind carrying a rule's label, grouped by the UID
 //! of their parent, fed by a watch stream. A reconcile reads one parent's children directly
 //! instead of scanning every child of the kind (which made N reconciles cost O(N^2)).
-//! Objects are kept as compact JSON text: a parsed object tree takes several times the memory
-//! of its text, and parsing a few children per reconcile costs microseconds.
+//! Objects are kept as compressed JSON text ([`Packed`]): a parsed object tree takes several
+//! times the memory of its text, and parsing a few children per reconcile costs microseconds.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use tokio::sync::watch;
 
+use crate::packed::Packed;
 use crate::plan::context::LABEL_PARENT_UID;
 
 #[derive(Debug, Default)]
 struct Children {
     /// parent UID -> ("namespace/name" -> object as JSON text)
-    by_parent: HashMap<String, HashMap<String, Arc<str>>>,
+    by_parent: HashMap<String, HashMap<String, Packed>>,
     /// "namespace/name" -> parent UID, to move or drop an object on update and delete.
     parent_of: HashMap<String, String>,
     /// Objects of a relist in progress (already as text: a relist of every child at start-up
@@ -25,23 +26,22 @@ struct Children {
     relist: Option<Vec<Entry>>,
 }
 
-/// One object as the index keeps it: its key, its parent's UID and its JSON text.
+/// One object as the index keeps it: its key, its parent's UID and its packed JSON text.
 #[derive(Debug)]
 struct Entry {
     key: String,
     parent: String,
-    text: Arc<str>,
+    text: Packed,
 }
 
 impl Entry {
     /// `None` for an object without a parent label (not ours to index).
     fn of(object: &DynamicObject) -> Option<Entry> {
         let parent = object.labels().get(LABEL_PARENT_UID)?.clone();
-        let text = serde_json::to_string(object).ok()?;
         Some(Entry {
             key: key(object),
             parent,
-            text: Arc::from(text),
+            text: Packed::of(object)?,
         })
     }
 }
@@ -124,16 +124,13 @@ impl ChildIndex {
 
     /// The children of the parent with this UID, as JSON values.
     pub fn children_of(&self, parent_uid: &str) -> Vec<serde_json::Value> {
-        let texts: Vec<Arc<str>> = self
+        let texts: Vec<Packed> = self
             .children
             .read()
             .ok()
             .and_then(|c| c.by_parent.get(parent_uid).map(|m| m.values().cloned().collect()))
             .unwrap_or_default();
-        texts
-            .iter()
-            .filter_map(|text| serde_json::from_str(text).ok())
-            .collect()
+        texts.iter().filter_map(Packed::parse).collect()
     }
 
     /// Objects cached (the last complete list and the events since).

@@ -79,6 +79,11 @@ pub enum Command {
         /// errors of a rejected edit (default: POD_NAMESPACE, else --namespace, else default).
         #[arg(long, env = "RULEOP_STATUS_NAMESPACE")]
         status_namespace: Option<String>,
+        /// How each watch lists its kind first: `streaming` (one watch sends every object, then a
+        /// bookmark; Kubernetes 1.32+), `paged` (LIST pages of 500, then a watch: any server), or
+        /// `auto` (streaming when a probe shows the server offers it, else paged).
+        #[arg(long, value_enum, env = "RULEOP_INITIAL_LIST", default_value_t = crate::watch::InitialList::Auto)]
+        initial_list: crate::watch::InitialList,
         #[command(flatten)]
         election: Box<crate::leader::ElectionArgs>,
     },

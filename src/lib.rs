@@ -27,6 +27,7 @@ pub mod leader;
 pub mod lookup_index;
 pub mod metrics;
 pub mod offline;
+pub mod packed;
 pub mod parent_index;
 pub mod plan;
 pub mod queue;

@@ -1,4 +1,4 @@
-//! The parents of one rule as compact JSON text, beside kube-runtime's store of the same parents
+//! The parents of one rule as compressed JSON text ([`Packed`]), beside kube-runtime's store of the same parents
 //! reduced to their metadata (all its queue, the triggers and the housekeeping read).
 //!
 //! A parsed object tree takes five to ten times the memory of its text (7.5 KB for a 1 KB
@@ -7,19 +7,21 @@
 //! microseconds, like the children cache ([`crate::child_index`]) does for children.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use serde_json::{Map, Value, json};
 
+use crate::packed::Packed;
+
 #[derive(Debug, Default)]
 struct Bodies {
     /// "namespace/name" -> the whole object (metadata included) as JSON text.
-    by_key: HashMap<String, Arc<str>>,
+    by_key: HashMap<String, Packed>,
     /// Bodies of a relist in progress, swapped in whole when it completes.
-    relist: Option<HashMap<String, Arc<str>>>,
+    relist: Option<HashMap<String, Packed>>,
 }
 
 /// The parents' JSON text by `namespace/name`.
@@ -47,7 +49,7 @@ impl ParentIndex {
         let Ok(mut bodies) = self.0.write() else {
             return;
         };
-        let text = |object: &DynamicObject| serde_json::to_string(object).ok().map(Arc::<str>::from);
+        let text = |object: &DynamicObject| Packed::of(object);
         match event {
             Event::Apply(object) => {
                 if let Some(body) = text(object) {
@@ -76,7 +78,7 @@ impl ParentIndex {
     /// carry none); `None` when it is not cached (deleted a moment ago).
     pub fn get(&self, namespace: &str, name: &str, resource: &kube::discovery::ApiResource) -> Option<Value> {
         let body = self.0.read().ok()?.by_key.get(&format!("{namespace}/{name}"))?.clone();
-        let mut parent: Value = serde_json::from_str(&body).ok()?;
+        let mut parent: Value = body.parse()?;
         let map = parent.as_object_mut()?;
         map.insert("apiVersion".to_owned(), Value::from(resource.api_version.clone()));
         map.insert("kind".to_owned(), Value::from(resource.kind.clone()));

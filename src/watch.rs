@@ -9,12 +9,13 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::Resource;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
 use kube::core::{DynamicResourceScope, ObjectMeta, TypeMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -22,7 +23,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
-use tracing::warn;
+use tracing::{debug, info, warn};
 
 use crate::diagnostic::bounded;
 use crate::health::{PROBE_INTERVAL, Transition, WatchToken};
@@ -314,8 +315,92 @@ impl UndecodableReporter {
     }
 }
 
+/// How a watch makes its first list of a kind (`ruleop run --initial-list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum InitialList {
+    /// Stream when the API server answers a probe watch with `sendInitialEvents=true` by the
+    /// bookmark that ends the initial events (Kubernetes 1.32 and later), else page.
+    #[default]
+    Auto,
+    /// The streaming list: one watch that sends every object as an event, then a bookmark. The
+    /// objects arrive (and are decoded) one at a time, never a page of them at once.
+    Streaming,
+    /// A LIST page by page (500 objects each), then a watch: what every API server answers.
+    Paged,
+}
+
+static INITIAL_LIST: OnceLock<InitialList> = OnceLock::new();
+
+/// Sets how every watch of this process lists first (once, at start; later calls are ignored).
+pub fn set_initial_list(choice: InitialList) {
+    let _ = INITIAL_LIST.set(choice);
+}
+
+/// Label the streaming-list probe selects on: no object carries it, so the server answers the
+/// probe with the bookmark alone.
+const PROBE_SELECTOR: &str = "ruleop.io/initial-list-probe";
+/// Longest the probe waits for that bookmark: a server that ignores `sendInitialEvents`
+/// (before Kubernetes 1.27) sends nothing on an empty selection.
+const PROBE_WAIT: Duration = Duration::from_secs(5);
+/// The annotation of the bookmark that ends a streaming list's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Whether the API server streams lists of `api`'s kind: it answers a watch with
+/// `sendInitialEvents=true` (on a selection of nothing) by the bookmark that ends the initial
+/// events. A refusal (older servers reject the parameters), an error or silence means no.
+async fn streams_lists(api: &Api<Tolerant>) -> bool {
+    let params = WatchParams::streaming_lists()
+        .labels(PROBE_SELECTOR)
+        .timeout(PROBE_WAIT.as_secs() as u32);
+    let probe = async {
+        match api.watch(&params, "0").await {
+            Ok(events) => ends_initial_events(events).await,
+            Err(e) => {
+                debug!(error = %e, "the streaming-list probe was refused");
+                false
+            }
+        }
+    };
+    tokio::time::timeout(PROBE_WAIT, probe).await.unwrap_or(false)
+}
+
+/// Whether a probe watch shows the bookmark that ends the initial events before an error or its end.
+async fn ends_initial_events<K>(events: impl Stream<Item = kube::Result<WatchEvent<K>>>) -> bool {
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(WatchEvent::Bookmark(mark)) if mark.metadata.annotations.contains_key(INITIAL_EVENTS_END) => {
+                return true;
+            }
+            Ok(WatchEvent::Error(_)) | Err(_) => return false,
+            Ok(_) => {}
+        }
+    }
+    false
+}
+
+/// `config` with the initial list chosen by `--initial-list` (probing the server for `auto`).
+async fn with_initial_list(api: &Api<Tolerant>, config: watcher::Config) -> watcher::Config {
+    let kind = api.resource_url().to_owned();
+    let streaming = match INITIAL_LIST.get().copied().unwrap_or_default() {
+        InitialList::Streaming => true,
+        InitialList::Paged => false,
+        InitialList::Auto => {
+            let streams = streams_lists(api).await;
+            if !streams {
+                info!(%kind, "the API server does not stream lists (sendInitialEvents); listing page by page");
+            }
+            streams
+        }
+    };
+    debug!(%kind, streaming, "initial list");
+    if streaming { config.streaming_lists() } else { config }
+}
+
 /// A watch of `api` that skips (and reports) objects that do not decode and keeps `token` (its
-/// readiness) up to date, probing with a one-item LIST while a silent recovery is pending.
+/// readiness) up to date, probing with a one-item LIST while a silent recovery is pending. Its
+/// first list streams or pages as [`InitialList`] says; either way `InitDone` (readiness) comes
+/// only once every object was listed.
 pub fn watch(
     api: Api<Tolerant>,
     config: watcher::Config,
@@ -324,17 +409,21 @@ pub fn watch(
 ) -> impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
     let token = Arc::new(token);
     let probe_api = api.clone();
-    watcher(api, config)
-        .default_backoff()
-        .inspect(move |item| {
-            if token.observe(item) == Transition::Failing {
-                spawn_probe(probe_api.clone(), Arc::downgrade(&token));
-            }
-        })
-        .filter_map(move |item| {
-            let item = decoded(item, &reporter);
-            std::future::ready(item)
-        })
+    futures::stream::once(async move {
+        let config = with_initial_list(&api, config).await;
+        watcher(api, config)
+    })
+    .flatten()
+    .default_backoff()
+    .inspect(move |item| {
+        if token.observe(item) == Transition::Failing {
+            spawn_probe(probe_api.clone(), Arc::downgrade(&token));
+        }
+    })
+    .filter_map(move |item| {
+        let item = decoded(item, &reporter);
+        std::future::ready(item)
+    })
 }
 
 /// Maps one watcher item to decoded objects: an undecodable `InitApply` is left out of the
@@ -468,6 +557,46 @@ mod tests {
         };
         assert!(object.types.is_none());
         assert_eq!(object.data, serde_json::json!({"spec": {}}));
+    }
+
+    fn event(line: serde_json::Value) -> kube::Result<WatchEvent<DynamicObject>> {
+        Ok(serde_json::from_value(line).expect("a watch event"))
+    }
+
+    fn bookmark(annotations: serde_json::Value) -> kube::Result<WatchEvent<DynamicObject>> {
+        event(
+            serde_json::json!({"type": "BOOKMARK", "object": {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"resourceVersion": "12", "annotations": annotations}}}),
+        )
+    }
+
+    #[test]
+    fn the_probe_streams_only_after_the_bookmark_that_ends_the_initial_events() {
+        let ends = |events: Vec<kube::Result<WatchEvent<DynamicObject>>>| {
+            futures::executor::block_on(ends_initial_events(futures::stream::iter(events)))
+        };
+        let added = event(
+            serde_json::json!({"type": "ADDED", "object": {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "a", "resourceVersion": "11"}}}),
+        );
+        let end = || bookmark(serde_json::json!({INITIAL_EVENTS_END: "true"}));
+        assert!(ends(vec![end()]), "a server that streams lists");
+        assert!(
+            ends(vec![added, bookmark(serde_json::json!({})), end()]),
+            "objects and a plain bookmark first"
+        );
+        assert!(
+            !ends(vec![]),
+            "a server that ignores sendInitialEvents ends the watch without the bookmark"
+        );
+        let refused = event(
+            serde_json::json!({"type": "ERROR", "object": {"code": 422, "message": "resourceVersionMatch is forbidden for watch", "reason": "Invalid", "status": "Failure"}}),
+        );
+        assert!(!ends(vec![refused, end()]), "an error event");
+        assert!(
+            !ends(vec![Err(kube::Error::LinesCodecMaxLineLengthExceeded), end()]),
+            "a broken stream"
+        );
     }
 
     #[test]
