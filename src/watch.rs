@@ -393,7 +393,8 @@ async fn with_initial_list(api: &Api<Tolerant>, config: watcher::Config) -> watc
             streams
         }
     };
-    debug!(%kind, streaming, "initial list");
+    let how = if streaming { "streaming" } else { "paged" };
+    info!(%kind, initial_list = %how, "a watch lists its kind first");
     if streaming { config.streaming_lists() } else { config }
 }
 

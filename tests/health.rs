@@ -162,3 +162,31 @@ fn a_reconcile_waiting_for_a_cache_that_cannot_sync_does_not_block_shutdown() {
         stopping.elapsed()
     );
 }
+
+#[test]
+fn a_watch_lists_first_by_streaming_or_page_by_page_as_told_and_is_ready_only_once_listed() {
+    install_crds();
+    for (flag, expected) in [("auto", "streaming"), ("streaming", "streaming"), ("paged", "paged")] {
+        let ns = Namespace::new(&format!("health-list-{flag}"));
+        apply_yaml(&ns.0, &database("orders", 1, ""));
+        let operator = Operator::start_with(&root().join("rules"), &templates(), &ns.0, &["--initial-list", flag]);
+        // Ready means every watch listed: the Database created before the start is seen and converges.
+        wait_until(WAIT, "the Database listed at start to get its children", || {
+            kubectl(&["get", "service", "orders-svc", "-n", &ns.0]).status.success()
+        });
+        let log = operator.log_text();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("a watch lists its kind first"))
+            .collect();
+        assert!(
+            !lines.is_empty(),
+            "--initial-list {flag}: no watch said how it lists:\n{log}"
+        );
+        assert!(
+            lines.iter().all(|l| l.contains(&format!("initial_list={expected}"))),
+            "--initial-list {flag}: expected {expected}:\n{}",
+            lines.join("\n")
+        );
+    }
+}
