@@ -548,11 +548,11 @@ async fn reconcile_parent(
     if tokio::time::timeout(SYNC_WAIT, synced).await.is_err() {
         return Err(ReconcileError::NotSynced(SYNC_WAIT));
     }
-    let Some(cached) = ctx.bodies.get(namespace, &parent.name_any(), &ctx.parent_kind.resource) else {
+    let cached = || ctx.bodies.get(namespace, &parent.name_any(), &ctx.parent_kind.resource);
+    let Some(parent_json) = ctx.written.newest(&uid, cached) else {
         // Deleted a moment ago: its delete event is on its way.
         return Ok(Action::await_change());
     };
-    let parent_json = ctx.written.newest(&uid, cached);
     let now = now_rfc3339();
     // Every write of this reconcile goes through the parent's shard, fenced by its lease.
     let cluster = Cluster {
