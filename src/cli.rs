@@ -34,8 +34,9 @@ Metrics to watch (at --admin-addr /metrics; `controller` and `rule` are the rule
   controller_runtime_reconcile_errors_total{controller}  sustained failures
   ruleop_reconcile_errors_total{rule,reason}             why reconciles fail
   controller_runtime_reconcile_time_seconds{controller}  p50/p99 reconcile latency (histogram)
-  controller_runtime_active_workers{controller}          reconciles in flight (backlog at maxConcurrentReconciles)
-  workqueue_depth{controller,name}                       parents waiting for a worker (a growing backlog)
+  controller_runtime_active_workers{controller}          reconciles in flight (backlog at maxConcurrentReconciles;
+                                                         a rule reload may run up to 4x as many, see the README)
+  workqueue_depth{controller,name}                       parents waiting for a worker, served in turn (a growing backlog)
   ruleop_cached_objects{rule,kind}                       objects held in memory per watched kind
   ruleop_last_successful_reconcile_timestamp_seconds     a rule that stopped converging
   ruleop_rule_reloads_total{result}                      rejected rule edits (invalid, retrying)

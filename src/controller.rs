@@ -38,12 +38,13 @@ use crate::plan::context::LABEL_RULE;
 use crate::plan::deletion::{self, FinalizerStep};
 use crate::plan::scope::ANNOTATION_PARENT;
 use crate::plan::{self, Plan, PlanError};
-use crate::queue::{self, Trigger, Triggers};
+use crate::queue::{self, Trigger, Triggers, Workers};
 use crate::rules::model::ActionTrigger;
 use crate::rules::{Rule, RuleSet};
 use crate::watch::UndecodableReporter;
 
-/// Reconciles per rule when the rule does not say.
+/// Reconciles per rule when the rule does not say (`maxConcurrentReconciles`; a reload may burst
+/// above it, see [`queue::Workers`]).
 pub const DEFAULT_CONCURRENCY: u16 = 5;
 /// Longest a reconcile waits for its rule's caches to sync before it is retried later.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
@@ -168,11 +169,14 @@ struct RuleContext {
     bodies: Arc<ParentIndex>,
     /// What queued each parent (the span's `trigger`, the queue depth).
     triggers: Arc<Triggers>,
+    /// The rule's workers (`maxConcurrentReconciles`), handed out in turn.
+    workers: Arc<Workers>,
 }
 
 impl Sampled for RuleContext {
     fn queue_depth(&self) -> usize {
-        self.triggers.depth()
+        // Queued and not started, or started and waiting for a worker.
+        self.triggers.depth() + self.workers.waiting()
     }
 
     fn cached_objects(&self) -> std::collections::BTreeMap<String, usize> {
@@ -215,6 +219,7 @@ pub struct RunningController {
     /// The rule digest it was started or last re-triggered with.
     pub digest: String,
     reconcile_all: mpsc::UnboundedSender<()>,
+    workers: Arc<Workers>,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -225,8 +230,10 @@ impl RunningController {
         let _ = self.reconcile_all.unbounded_send(());
     }
 
-    /// Stops watching; in-flight reconciles finish first.
+    /// Stops watching; in-flight reconciles finish first (those still waiting for a worker are
+    /// dropped).
     pub async fn stop(self) {
+        self.workers.close();
         let _ = self.stop.send(());
         let _ = self.task.await;
     }
@@ -363,7 +370,9 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         }
     });
     let (stop, stop_rx) = oneshot::channel::<()>();
-    let concurrency = rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
+    let workers = Arc::new(Workers::new(
+        rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY),
+    ));
     let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
     let events = Arc::new(events::EventLog::new(shared.client.clone()));
     let context = Arc::new(RuleContext {
@@ -380,6 +389,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         parents: parent_store,
         bodies,
         triggers,
+        workers: workers.clone(),
     });
     let sampled: Arc<dyn Sampled> = context.clone();
     context
@@ -390,7 +400,9 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let name = rule.name.clone();
     let task = tokio::spawn(async move {
         controller
-            .with_config(Config::default().concurrency(concurrency))
+            // Unbounded here: every reconcile waits for one of the rule's workers, in turn (see
+            // `queue::Workers` for why not kube-runtime's own limit).
+            .with_config(Config::default().concurrency(0))
             .reconcile_all_on(reconcile_all_rx)
             .graceful_shutdown_on(async move {
                 let _ = stop_rx.await;
@@ -411,15 +423,17 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         looked_up: rule.lookup_kinds(),
         digest: rule.digest.clone(),
         reconcile_all,
+        workers,
         stop,
         task,
     })
 }
 
-/// Runs one reconcile in a span of its own (`rule`, `namespace`, `parent`, `generation`,
-/// `trigger`), so every log line of the reconcile carries them. The span is made here,
-/// synchronously, when kube starts the reconcile, inside its `reconciling object` span (which
-/// becomes the parent; JSON logs list both).
+/// Runs one reconcile once it has a worker, in a span of its own (`rule`, `namespace`, `parent`,
+/// `generation`, `trigger`), so every log line of the reconcile carries them. The trigger is
+/// taken when kube starts the reconcile: what comes while it waits for a worker makes kube run
+/// the parent again afterwards. The span's parent is kube's `reconciling object` span (JSON logs
+/// list both).
 fn reconcile(
     parent: Arc<DynamicObject>,
     ctx: Arc<RuleContext>,
@@ -429,16 +443,28 @@ fn reconcile(
     if ctx.shared.writers.of(&parent.uid().unwrap_or_default()).held() {
         ctx.shared.admin.metrics.triggered(&ctx.rule_name, trigger.as_str());
     }
-    let span = info_span!(
-        "reconcile",
-        rule = %ctx.rule_name,
-        namespace = %parent.namespace().unwrap_or_default(),
-        // Not `name`: JSON logs use that key for the span's own name.
-        parent = %parent.name_any(),
-        generation = parent.meta().generation.unwrap_or_default(),
-        trigger = trigger.as_str(),
-    );
-    reconcile_in_span(parent, ctx).instrument(span)
+    async move {
+        let Some(_worker) = ctx.workers.acquire(trigger == Trigger::Reload).await else {
+            // The controller is stopping.
+            return Ok(Action::await_change());
+        };
+        // The parent as it is now: it may have changed (or gone) while it waited.
+        let reference = ObjectRef::from_obj_with(parent.as_ref(), ctx.parent_kind.resource.clone());
+        let Some(parent) = ctx.parents.get(&reference) else {
+            return Ok(Action::await_change());
+        };
+        let span = info_span!(
+            "reconcile",
+            rule = %ctx.rule_name,
+            namespace = %parent.namespace().unwrap_or_default(),
+            // Not `name`: JSON logs use that key for the span's own name.
+            parent = %parent.name_any(),
+            generation = parent.meta().generation.unwrap_or_default(),
+            trigger = trigger.as_str(),
+        );
+        // Boxed: a reconcile waiting for a worker holds only a pointer's worth of its state.
+        Box::pin(reconcile_in_span(parent, ctx).instrument(span)).await
+    }
 }
 
 async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) -> Result<Action, ReconcileError> {
@@ -522,11 +548,11 @@ async fn reconcile_parent(
     if tokio::time::timeout(SYNC_WAIT, synced).await.is_err() {
         return Err(ReconcileError::NotSynced(SYNC_WAIT));
     }
-    let Some(cached) = ctx.bodies.get(namespace, &parent.name_any(), &ctx.parent_kind.resource) else {
+    let cached = || ctx.bodies.get(namespace, &parent.name_any(), &ctx.parent_kind.resource);
+    let Some(parent_json) = ctx.written.newest(&uid, cached) else {
         // Deleted a moment ago: its delete event is on its way.
         return Ok(Action::await_change());
     };
-    let parent_json = ctx.written.newest(&uid, cached);
     let now = now_rfc3339();
     // Every write of this reconcile goes through the parent's shard, fenced by its lease.
     let cluster = Cluster {

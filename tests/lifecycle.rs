@@ -100,6 +100,44 @@ fn a_final_backup_that_never_succeeds_times_out_and_the_deletion_goes_on() {
     });
 }
 
+#[test]
+fn the_finalizer_comes_with_backups_turned_on_and_a_database_whose_backups_were_turned_off_goes_without_a_final_backup()
+{
+    install_crds();
+    let ns = Namespace::new("lc-toggle");
+    let _operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "the Database without backups to converge", || {
+        get(&ns.0, "database/orders", "{.status.observedGeneration}") == "1"
+    });
+    assert!(
+        !has_cleanup_finalizer(&ns.0, "database/orders"),
+        "no final backup could run: no finalizer"
+    );
+    merge_patch(&ns.0, "database/orders", r#"{"spec":{"backup":{"enabled":true}}}"#);
+    wait_until(WAIT, "the finalizer and the backup of generation 2", || {
+        get(
+            &ns.0,
+            "database/orders",
+            "{.status.observedGeneration}/{.status.actions.backup.phase}",
+        ) == "2/Done"
+            && has_cleanup_finalizer(&ns.0, "database/orders")
+    });
+    merge_patch(&ns.0, "database/orders", r#"{"spec":{"backup":{"enabled":false}}}"#);
+    wait_until(WAIT, "generation 3", || {
+        get(&ns.0, "database/orders", "{.status.observedGeneration}") == "3"
+    });
+    // Kept while it lives (dropping it would cost a write, and another to add it back when
+    // backups are turned on again); removed at the deletion, which it does not hold.
+    assert!(has_cleanup_finalizer(&ns.0, "database/orders"));
+    delete(&ns.0, "database/orders");
+    wait_until(WAIT, "the Database to be gone", || !exists(&ns.0, "database/orders"));
+    assert!(
+        final_backup_jobs(&ns.0).is_empty(),
+        "no final backup for backups turned off"
+    );
+}
+
 /// The shipped rules plus, on the Database, a ConfigMap whose namespace the parent chooses with
 /// its `directory` annotation (the hostile part), and optionally a Namespace of its own named
 /// by its `home` annotation with a ConfigMap inside.

@@ -229,19 +229,32 @@ impl WrittenParents {
         self.len() == 0
     }
 
-    /// The newer of `cached` and what we last wrote for `uid` (by resourceVersion); forgets
-    /// what the cache has caught up with.
-    pub fn newest(&self, uid: &str, cached: Value) -> Value {
-        let Ok(mut written) = self.parents.lock() else {
-            return cached;
-        };
-        match written.get(uid) {
-            Some(ours) if resource_version(ours) > resource_version(&cached) => ours.clone(),
+    /// The newer (by resourceVersion) of the cached parent and what we last wrote for `uid`;
+    /// `None` when the cache has no such parent. `read_cached` reads the cache.
+    ///
+    /// What we wrote is read *before* the cache, never after: the parent watch forgets our
+    /// write ([`WrittenParents::caught_up`]) only once the cache holds it, so a write not found
+    /// here is already in the cache read next. Read the other way round, the watch could
+    /// deliver our status write between the two reads: the cache read would miss it and the
+    /// record would be gone, and the reconcile would plan on the parent from before its own
+    /// last write (an action's run unrecorded, decided a second time: a `POST` meeting 409).
+    pub fn newest(&self, uid: &str, read_cached: impl FnOnce() -> Option<Value>) -> Option<Value> {
+        let ours = self.parents.lock().ok().and_then(|written| written.get(uid).cloned());
+        let cached = read_cached()?;
+        match ours {
+            Some(ours) if resource_version(&ours) > resource_version(&cached) => Some(ours),
             Some(_) => {
-                written.remove(uid);
-                cached
+                // The cache caught up: forget ours unless a newer write of ours came meanwhile.
+                if let Ok(mut written) = self.parents.lock()
+                    && written
+                        .get(uid)
+                        .is_some_and(|w| resource_version(w) <= resource_version(&cached))
+                {
+                    written.remove(uid);
+                }
+                Some(cached)
             }
-            None => cached,
+            None => Some(cached),
         }
     }
 }
@@ -337,6 +350,61 @@ mod tests {
 
     fn target(name: &str) -> ObjectRef {
         ObjectRef::of(&service(name, "1", false)).expect("a reference")
+    }
+
+    fn database(version: &str, ran_for: &str) -> Value {
+        json!({"apiVersion": "myorg.io/v1", "kind": "Database",
+            "metadata": {"name": "orders", "namespace": "shop", "uid": "u", "resourceVersion": version, "generation": 3},
+            "status": {"actions": {"backup": {"guardValue": ran_for, "phase": "Done"}}}})
+    }
+
+    fn resource() -> kube::discovery::ApiResource {
+        kube::discovery::ApiResource {
+            group: "myorg.io".into(),
+            version: "v1".into(),
+            api_version: "myorg.io/v1".into(),
+            kind: "Database".into(),
+            plural: "databases".into(),
+        }
+    }
+
+    /// The parent watch delivers an object into the index and forgets our write it shows, in
+    /// the order the controller's parent stream does.
+    fn deliver(index: &crate::parent_index::ParentIndex, written: &WrittenParents, object: &Value) {
+        let object: kube::api::DynamicObject = serde_json::from_value(object.clone()).expect("object");
+        let version = object.metadata.resource_version.clone();
+        index.take(&mut kube::runtime::watcher::Event::Apply(object));
+        written.caught_up("u", version.as_deref());
+    }
+
+    #[test]
+    fn a_status_write_the_watch_delivers_while_the_cache_is_read_is_not_lost() {
+        let (index, written) = (crate::parent_index::ParentIndex::default(), WrittenParents::default());
+        // The spec change to generation 3 is cached; our status write recording the run for it
+        // returned resourceVersion 11, and its watch event is on its way.
+        deliver(&index, &written, &database("10", "generation=2"));
+        written.record("u", &database("11", "generation=3"));
+        let read = written.newest("u", || {
+            let cached = index.get("shop", "orders", &resource());
+            // The watch delivers our write right after the cache was read.
+            deliver(&index, &written, &database("11", "generation=3"));
+            cached
+        });
+        let read = read.expect("the parent");
+        assert_eq!(
+            (
+                read["metadata"]["resourceVersion"].as_str(),
+                read.pointer("/status/actions/backup/guardValue")
+            ),
+            (Some("11"), Some(&json!("generation=3"))),
+            "the reconcile plans on our own last write, not on the parent from before it"
+        );
+        let read = written.newest("u", || index.get("shop", "orders", &resource()));
+        assert_eq!(
+            read.map(|r| r["metadata"]["resourceVersion"].clone()),
+            Some(json!("11"))
+        );
+        assert!(written.is_empty(), "caught up, forgotten");
     }
 
     #[test]
