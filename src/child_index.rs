@@ -12,7 +12,7 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use tokio::sync::watch;
 
-use crate::packed::Packed;
+use crate::packed::{Packed, Packer};
 use crate::plan::context::LABEL_PARENT_UID;
 
 #[derive(Debug, Default)]
@@ -36,12 +36,12 @@ struct Entry {
 
 impl Entry {
     /// `None` for an object without a parent label (not ours to index).
-    fn of(object: &DynamicObject) -> Option<Entry> {
+    fn of(object: &DynamicObject, packer: &Packer) -> Option<Entry> {
         let parent = object.labels().get(LABEL_PARENT_UID)?.clone();
         Some(Entry {
             key: key(object),
             parent,
-            text: Packed::of(object)?,
+            text: packer.pack(object)?,
         })
     }
 }
@@ -50,6 +50,8 @@ impl Entry {
 #[derive(Debug)]
 pub struct ChildIndex {
     children: RwLock<Children>,
+    /// Outlives relists: every object held was packed by it.
+    packer: Packer,
     synced: watch::Sender<bool>,
 }
 
@@ -57,6 +59,7 @@ impl Default for ChildIndex {
     fn default() -> Self {
         ChildIndex {
             children: RwLock::default(),
+            packer: Packer::default(),
             synced: watch::channel(false).0,
         }
     }
@@ -67,9 +70,9 @@ fn key(object: &DynamicObject) -> String {
 }
 
 impl Children {
-    fn insert(&mut self, object: &DynamicObject) {
+    fn insert(&mut self, object: &DynamicObject, packer: &Packer) {
         self.remove(&key(object));
-        if let Some(entry) = Entry::of(object) {
+        if let Some(entry) = Entry::of(object, packer) {
             self.insert_entry(entry);
         }
     }
@@ -102,11 +105,11 @@ impl ChildIndex {
             return;
         };
         match event {
-            Event::Apply(object) => children.insert(object),
+            Event::Apply(object) => children.insert(object, &self.packer),
             Event::Delete(object) => children.remove(&key(object)),
             Event::Init => children.relist = Some(Vec::new()),
             Event::InitApply(object) => {
-                if let Some(entry) = Entry::of(object) {
+                if let Some(entry) = Entry::of(object, &self.packer) {
                     children.relist.get_or_insert_with(Vec::new).push(entry);
                 }
             }
@@ -130,7 +133,7 @@ impl ChildIndex {
             .ok()
             .and_then(|c| c.by_parent.get(parent_uid).map(|m| m.values().cloned().collect()))
             .unwrap_or_default();
-        texts.iter().filter_map(Packed::parse).collect()
+        texts.iter().filter_map(|text| self.packer.unpack(text)).collect()
     }
 
     /// Objects cached (the last complete list and the events since).

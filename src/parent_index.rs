@@ -14,7 +14,7 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use serde_json::{Map, Value, json};
 
-use crate::packed::Packed;
+use crate::packed::{Packed, Packer};
 
 #[derive(Debug, Default)]
 struct Bodies {
@@ -26,7 +26,11 @@ struct Bodies {
 
 /// The parents' JSON text by `namespace/name`.
 #[derive(Debug, Default)]
-pub struct ParentIndex(RwLock<Bodies>);
+pub struct ParentIndex {
+    bodies: RwLock<Bodies>,
+    /// Outlives relists: every body held was packed by it.
+    packer: Packer,
+}
 
 fn key(object: &DynamicObject) -> String {
     format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
@@ -46,10 +50,10 @@ impl ParentIndex {
     /// Takes the body of each object of a parent watch event into the index, leaving the event
     /// with the objects' metadata (see [`stub`]), before kube-runtime's store sees it.
     pub fn take(&self, event: &mut Event<DynamicObject>) {
-        let Ok(mut bodies) = self.0.write() else {
+        let Ok(mut bodies) = self.bodies.write() else {
             return;
         };
-        let text = |object: &DynamicObject| Packed::of(object);
+        let text = |object: &DynamicObject| self.packer.pack(object);
         match event {
             Event::Apply(object) => {
                 if let Some(body) = text(object) {
@@ -77,8 +81,14 @@ impl ParentIndex {
     /// The parent `namespace/name` as JSON, with its apiVersion and kind (objects from a LIST
     /// carry none); `None` when it is not cached (deleted a moment ago).
     pub fn get(&self, namespace: &str, name: &str, resource: &kube::discovery::ApiResource) -> Option<Value> {
-        let body = self.0.read().ok()?.by_key.get(&format!("{namespace}/{name}"))?.clone();
-        let mut parent: Value = body.parse()?;
+        let body = self
+            .bodies
+            .read()
+            .ok()?
+            .by_key
+            .get(&format!("{namespace}/{name}"))?
+            .clone();
+        let mut parent: Value = self.packer.unpack(&body)?;
         let map = parent.as_object_mut()?;
         map.insert("apiVersion".to_owned(), Value::from(resource.api_version.clone()));
         map.insert("kind".to_owned(), Value::from(resource.kind.clone()));
@@ -87,7 +97,7 @@ impl ParentIndex {
 
     /// Parents cached.
     pub fn len(&self) -> usize {
-        self.0.read().map_or(0, |bodies| bodies.by_key.len())
+        self.bodies.read().map_or(0, |bodies| bodies.by_key.len())
     }
 
     /// Whether no parent is cached.
