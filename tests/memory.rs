@@ -3,8 +3,11 @@
 //! measurement, not part of `make test`:
 //!
 //! ```sh
-//! RULEOP_BIN=target/release/ruleop MEMORY_N=1000 cargo test --test memory -- --ignored --nocapture
+//! MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 \
+//!   RULEOP_BIN=target/release/ruleop MEMORY_N=1000 cargo test --test memory -- --ignored --nocapture
 //! ```
+//!
+//! (the two allocator settings are deploy/deployment.yaml's; the operator inherits them)
 
 mod support;
 

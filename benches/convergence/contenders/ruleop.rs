@@ -81,7 +81,10 @@ impl Contender for Ruleop {
             .arg(templates)
             .args(["--namespace", ns, "--admin-addr", &admin])
             .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1");
+            .env("NO_COLOR", "1")
+            // The allocator settings deploy/deployment.yaml runs ruleop with.
+            .env("MIMALLOC_ALLOW_THP", "0")
+            .env("MIMALLOC_PURGE_DELAY", "0");
         Ok(Launch {
             command,
             ready: (admin.clone(), "/readyz", true),
