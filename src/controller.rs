@@ -400,9 +400,9 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let name = rule.name.clone();
     let task = tokio::spawn(async move {
         controller
-            // Unbounded here: every reconcile waits for one of the rule's workers, in turn (see
-            // `queue::Workers` for why not kube-runtime's own limit).
-            .with_config(Config::default().concurrency(0))
+            // Every reconcile waits for one of the rule's workers, in turn (see `queue::Workers`
+            // for why not kube-runtime's own limit), up to `HELD_RECONCILES` held at once.
+            .with_config(Config::default().concurrency(queue::HELD_RECONCILES))
             .reconcile_all_on(reconcile_all_rx)
             .graceful_shutdown_on(async move {
                 let _ = stop_rx.await;
