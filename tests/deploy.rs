@@ -26,14 +26,25 @@ fn ruleop(args: &[&str]) -> std::process::Output {
         .expect("ruleop runs")
 }
 
+/// `kubectl apply -k deploy/`, once for all tests of this file: two applies at once race (both
+/// find the Namespace missing, the second create meets AlreadyExists).
+fn apply_deploy() {
+    static APPLIED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut applied = APPLIED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !*applied {
+        let out = kubectl(&["apply", "-k", &root().join("deploy").display().to_string()]);
+        assert!(
+            out.status.success(),
+            "kubectl apply -k deploy/: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        *applied = true;
+    }
+}
+
 #[test]
 fn apply_k_deploy_installs_everything_with_least_privilege() {
-    let out = kubectl(&["apply", "-k", &root().join("deploy").display().to_string()]);
-    assert!(
-        out.status.success(),
-        "kubectl apply -k deploy/: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_deploy();
     for object in [
         "deployment/ruleop",
         "serviceaccount/ruleop",
@@ -137,8 +148,7 @@ fn project_mounts(deployment: &Value, root: &std::path::Path) {
 
 #[test]
 fn the_mounted_configmaps_are_a_valid_rule_set() {
-    let out = kubectl(&["apply", "-k", &root().join("deploy").display().to_string()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    apply_deploy();
     let deployment: Value = serde_json::from_str(&kubectl_ok(&[
         "get",
         "deployment",
@@ -207,8 +217,7 @@ fn generated_deploy_files_are_fresh() {
 
 #[test]
 fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
-    let out = kubectl(&["apply", "-k", &root().join("deploy").display().to_string()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    apply_deploy();
     kubectl_ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]);
     let (_dir, kubeconfig) = service_account_kubeconfig("ruleop-system", "ruleop");
     let whoami = Command::new("kubectl")
