@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ruleop::plan;
-use ruleop::rules::load::load;
+use ruleop::engine::plan;
+use ruleop::engine::rules::load::load;
 use serde_json::json;
 
 fn plan_database(c: &mut Criterion) {

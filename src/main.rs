@@ -4,11 +4,11 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use ruleop::cli::{Cli, Command};
-use ruleop::offline;
-use ruleop::rules::duration;
-use ruleop::run::{RunSettings, run};
-use ruleop::{diff, ruletest};
+use ruleop::cmd::cli::{Cli, Command};
+use ruleop::cmd::offline;
+use ruleop::cmd::{diff, ruletest};
+use ruleop::engine::duration;
+use ruleop::runtime::run::{RunSettings, run};
 
 /// mimalloc rather than glibc's malloc: glibc keeps what a burst of reconciles on several threads
 /// freed in per-thread arenas, so the RSS after a restart over N parents stayed ~1.5x the steady
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
             output,
             now,
         } => {
-            let now = now.unwrap_or_else(ruleop::clock::now_rfc3339);
+            let now = now.unwrap_or_else(ruleop::runtime::clock::now_rfc3339);
             offline::render(&sources, &file, observed.as_deref(), output, &now)
         }
         Command::Schema { kind } => Ok(offline::schema(kind)),
@@ -60,9 +60,9 @@ fn main() -> ExitCode {
             initial_list,
             election,
         } => {
-            ruleop::watch::set_initial_list(initial_list);
+            ruleop::cache::watch::set_initial_list(initial_list);
             // Kept to the end of `run`: dropping it flushes the spans not exported yet.
-            let _telemetry = match ruleop::telemetry::init(log_format, otlp_endpoint.as_deref()) {
+            let _telemetry = match ruleop::ops::telemetry::init(log_format, otlp_endpoint.as_deref()) {
                 Ok(telemetry) => telemetry,
                 Err(e) => {
                     eprintln!("{e}");
@@ -94,10 +94,10 @@ fn main() -> ExitCode {
             };
             tracing::info!(
                 "the state of the rules is reported in ConfigMap {status_namespace}/{} ({from})",
-                ruleop::run::STATUS_CONFIGMAP
+                ruleop::runtime::run::STATUS_CONFIGMAP
             );
             let election = match election.timing() {
-                Ok(timing) if election.uses_leases() => Some(ruleop::leader::Election {
+                Ok(timing) if election.uses_leases() => Some(ruleop::ha::leader::Election {
                     namespace: election
                         .lease_namespace
                         .clone()
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
                         .or_else(|| namespace.clone())
                         .unwrap_or_else(|| "default".to_owned()),
                     name: election.lease_name.clone(),
-                    identity: ruleop::leader::identity(),
+                    identity: ruleop::ha::leader::identity(),
                     timing,
                     shards: election.shards,
                 }),

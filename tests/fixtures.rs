@@ -8,8 +8,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ruleop::cli::{OutputFormat, Sources};
-use ruleop::offline;
+use ruleop::cmd::cli::{OutputFormat, Sources};
+use ruleop::cmd::offline;
 
 const NOW: &str = "2026-11-29T10:00:00Z";
 

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use ruleop::plan::{self, PlanError};
-use ruleop::rules::load::load;
+use ruleop::engine::plan::{self, PlanError};
+use ruleop::engine::rules::load::load;
 use serde_json::{Value, json};
 
 const PAYLOADS: &[&str] = &[

@@ -22,10 +22,10 @@ use kube::api::PostParams;
 use serde_json::{Value, json};
 
 use super::{ApplyError, Cluster, ParentHandle};
-use crate::plan::DesiredStatus;
-use crate::plan::actions::{ActionDecision, Effect, HttpRequest, RunRecord, phase};
-use crate::plan::status::{ConditionStatus, WantedCondition, merge_conditions};
-use crate::rules::model::ActionSpec;
+use crate::engine::plan::DesiredStatus;
+use crate::engine::plan::actions::{ActionDecision, Effect, HttpRequest, RunRecord, phase};
+use crate::engine::plan::status::{ConditionStatus, WantedCondition, merge_conditions};
+use crate::engine::rules::model::ActionSpec;
 
 /// Condition summarising action failures; `False` while an action is failing.
 pub const ACTIONS_CONDITION: &str = "ActionsSucceeded";

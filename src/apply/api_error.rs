@@ -2,7 +2,7 @@
 //! bounded, instead of a debug dump of the whole `Status` (which can repeat a user value
 //! several times and grow past what a status write or a log line can hold).
 
-use crate::diagnostic::{MESSAGE_LIMIT, bounded};
+use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
 
 /// What went wrong in a request, for conditions, Events and logs: for an API error its
 /// message (which names the object) and, when `details.causes` names fields the message does

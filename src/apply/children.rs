@@ -5,9 +5,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{ApplyError, Cluster, FIELD_MANAGER, compare};
-use crate::plan::children::{DesiredChild, ObjectRef};
-use crate::rules::load::hex;
-use crate::rules::model::ImmutableChangePolicy;
+use crate::engine::plan::children::{DesiredChild, ObjectRef};
+use crate::engine::rules::load::hex;
+use crate::engine::rules::model::ImmutableChangePolicy;
 
 /// Annotation holding a digest of everything we render for a child: removing a field from a
 /// template changes it, so the removal is applied even though the live object still covers us.
@@ -100,7 +100,7 @@ fn remember(cluster: &Cluster<'_>, child: &DesiredChild, version: Option<&str>) 
     let uid = child
         .object
         .pointer("/metadata/labels")
-        .and_then(|labels| labels.get(crate::plan::context::LABEL_PARENT_UID))
+        .and_then(|labels| labels.get(crate::engine::plan::context::LABEL_PARENT_UID))
         .and_then(Value::as_str);
     if let (Some(uid), Some(version)) = (uid, version.and_then(|v| v.parse::<u64>().ok())) {
         cluster.written.record_child(uid, &child.target, Some(version));

@@ -10,9 +10,9 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::Value;
 
 use super::{ApplyError, Cluster, ParentHandle};
-use crate::plan::children::DesiredChild;
-use crate::plan::context::LABEL_PARENT_UID;
-use crate::plan::deletion::{FinalizerStep, finalizer_patch};
+use crate::engine::plan::children::DesiredChild;
+use crate::engine::plan::context::LABEL_PARENT_UID;
+use crate::engine::plan::deletion::{FinalizerStep, finalizer_patch};
 
 /// Adds or removes our finalizer (one merge patch under the parent's resourceVersion) and
 /// replaces `parent` with the result. A parent already gone counts as done.
@@ -105,6 +105,6 @@ pub fn is_label_owned(child: &DesiredChild) -> bool {
     child
         .object
         .pointer("/metadata/annotations")
-        .and_then(|a| a.get(crate::plan::scope::ANNOTATION_PARENT))
+        .and_then(|a| a.get(crate::engine::plan::scope::ANNOTATION_PARENT))
         .is_some()
 }

@@ -16,8 +16,8 @@ use tracing::warn;
 
 use super::children::ANNOTATION_DESIRED_HASH;
 use super::{Cluster, FIELD_MANAGER, ParentHandle, compare};
-use crate::diagnostic::{MESSAGE_LIMIT, bounded};
-use crate::plan::children::ObjectRef;
+use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
+use crate::engine::plan::children::ObjectRef;
 
 /// Repairs allowed at once.
 pub const BURST: u32 = 3;

@@ -24,9 +24,9 @@ use tracing::warn;
 
 use super::children::ChildOutcome;
 use super::{Cluster, ParentHandle};
-use crate::diagnostic::{MESSAGE_LIMIT, bounded};
-use crate::plan::actions::{ActionDecision, Effect};
-use crate::plan::children::ObjectRef;
+use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
+use crate::engine::plan::actions::{ActionDecision, Effect};
+use crate::engine::plan::children::ObjectRef;
 
 /// Longest Event note sent, before the `… (N bytes in all)` suffix.
 const NOTE_LIMIT: usize = 960;

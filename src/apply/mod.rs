@@ -15,10 +15,10 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::Recorder;
 use serde_json::Value;
 
-use crate::admin::AdminState;
-use crate::diagnostic::{MESSAGE_LIMIT, bounded};
-use crate::kinds::{Kinds, ServedKind};
-use crate::plan::children::ObjectRef;
+use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
+use crate::engine::plan::children::ObjectRef;
+use crate::ops::admin::AdminState;
+use crate::runtime::discovery::{Kinds, ServedKind};
 
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "ruleop";
@@ -137,7 +137,7 @@ impl WrittenParents {
         if let Some(metadata) = parent.get_mut("metadata").and_then(Value::as_object_mut) {
             metadata.remove("managedFields");
             if let Some(annotations) = metadata.get_mut("annotations").and_then(Value::as_object_mut) {
-                annotations.remove(crate::watch::LAST_APPLIED);
+                annotations.remove(crate::cache::watch::LAST_APPLIED);
             }
         }
         if let Ok(mut written) = self.parents.lock() {
@@ -370,7 +370,7 @@ mod tests {
 
     /// The parent watch delivers an object into the index and forgets our write it shows, in
     /// the order the controller's parent stream does.
-    fn deliver(index: &crate::parent_index::ParentIndex, written: &WrittenParents, object: &Value) {
+    fn deliver(index: &crate::cache::parents::ParentIndex, written: &WrittenParents, object: &Value) {
         let object: kube::api::DynamicObject = serde_json::from_value(object.clone()).expect("object");
         let version = object.metadata.resource_version.clone();
         index.take(&mut kube::runtime::watcher::Event::Apply(object));
@@ -379,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_status_write_the_watch_delivers_while_the_cache_is_read_is_not_lost() {
-        let (index, written) = (crate::parent_index::ParentIndex::default(), WrittenParents::default());
+        let (index, written) = (crate::cache::parents::ParentIndex::default(), WrittenParents::default());
         // The spec change to generation 3 is cached; our status write recording the run for it
         // returned resourceVersion 11, and its watch event is on its way.
         deliver(&index, &written, &database("10", "generation=2"));

@@ -1,0 +1,183 @@
+//! The children cache: objects of one child kind carrying a rule's label, grouped by the UID
+//! of their parent, fed by a watch stream. A reconcile reads one parent's children directly
+//! instead of scanning every child of the kind (which made N reconciles cost O(N^2)).
+//! Objects are kept as compressed JSON text ([`Packed`]): a parsed object tree takes several
+//! times the memory of its text, and parsing a few children per reconcile costs microseconds.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::watcher::Event;
+use tokio::sync::watch;
+
+use crate::cache::packed::{Packed, Packer};
+use crate::engine::plan::context::LABEL_PARENT_UID;
+
+#[derive(Debug, Default)]
+struct Children {
+    /// parent UID -> ("namespace/name" -> object as JSON text)
+    by_parent: HashMap<String, HashMap<String, Packed>>,
+    /// "namespace/name" -> parent UID, to move or drop an object on update and delete.
+    parent_of: HashMap<String, String>,
+    /// Objects of a relist in progress (already as text: a relist of every child at start-up
+    /// must not hold them all as object trees), swapped in whole when it completes.
+    relist: Option<Vec<Entry>>,
+}
+
+/// One object as the index keeps it: its key, its parent's UID and its packed JSON text.
+#[derive(Debug)]
+struct Entry {
+    key: String,
+    parent: String,
+    text: Packed,
+}
+
+impl Entry {
+    /// `None` for an object without a parent label (not ours to index).
+    fn of(object: &DynamicObject, packer: &Packer) -> Option<Entry> {
+        let parent = object.labels().get(LABEL_PARENT_UID)?.clone();
+        Some(Entry {
+            key: key(object),
+            parent,
+            text: packer.pack(object)?,
+        })
+    }
+}
+
+/// Children of one kind by parent.
+#[derive(Debug)]
+pub struct ChildIndex {
+    children: RwLock<Children>,
+    /// Outlives relists: every object held was packed by it.
+    packer: Packer,
+    synced: watch::Sender<bool>,
+}
+
+impl Default for ChildIndex {
+    fn default() -> Self {
+        ChildIndex {
+            children: RwLock::default(),
+            packer: Packer::default(),
+            synced: watch::channel(false).0,
+        }
+    }
+}
+
+fn key(object: &DynamicObject) -> String {
+    format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
+}
+
+impl Children {
+    fn insert(&mut self, object: &DynamicObject, packer: &Packer) {
+        self.remove(&key(object));
+        if let Some(entry) = Entry::of(object, packer) {
+            self.insert_entry(entry);
+        }
+    }
+
+    fn insert_entry(&mut self, Entry { key, parent, text }: Entry) {
+        self.parent_of.insert(key.clone(), parent.clone());
+        self.by_parent.entry(parent).or_default().insert(key, text);
+    }
+
+    fn len(&self) -> usize {
+        self.parent_of.len()
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(parent) = self.parent_of.remove(key)
+            && let Some(children) = self.by_parent.get_mut(&parent)
+        {
+            children.remove(key);
+            if children.is_empty() {
+                self.by_parent.remove(&parent);
+            }
+        }
+    }
+}
+
+impl ChildIndex {
+    /// Applies one watch event.
+    pub fn apply(&self, event: &Event<DynamicObject>) {
+        let Ok(mut children) = self.children.write() else {
+            return;
+        };
+        match event {
+            Event::Apply(object) => children.insert(object, &self.packer),
+            Event::Delete(object) => children.remove(&key(object)),
+            Event::Init => children.relist = Some(Vec::new()),
+            Event::InitApply(object) => {
+                if let Some(entry) = Entry::of(object, &self.packer) {
+                    children.relist.get_or_insert_with(Vec::new).push(entry);
+                }
+            }
+            Event::InitDone => {
+                let listed = children.relist.take().unwrap_or_default();
+                *children = Children::default();
+                for entry in listed {
+                    children.insert_entry(entry);
+                }
+                drop(children);
+                self.synced.send_replace(true);
+            }
+        }
+    }
+
+    /// The children of the parent with this UID, as JSON values.
+    pub fn children_of(&self, parent_uid: &str) -> Vec<serde_json::Value> {
+        let texts: Vec<Packed> = self
+            .children
+            .read()
+            .ok()
+            .and_then(|c| c.by_parent.get(parent_uid).map(|m| m.values().cloned().collect()))
+            .unwrap_or_default();
+        texts.iter().filter_map(|text| self.packer.unpack(text)).collect()
+    }
+
+    /// Objects cached (the last complete list and the events since).
+    pub fn len(&self) -> usize {
+        self.children.read().map_or(0, |children| children.len())
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Becomes true once the first list completed.
+    pub fn synced(&self) -> watch::Receiver<bool> {
+        self.synced.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn child(name: &str, parent: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "ns", "labels": {LABEL_PARENT_UID: parent}},
+        }))
+        .expect("object")
+    }
+
+    #[test]
+    fn children_are_grouped_by_parent_and_follow_updates_and_deletes() {
+        let index = ChildIndex::default();
+        index.apply(&Event::Init);
+        index.apply(&Event::InitApply(child("a", "p1")));
+        assert!(index.children_of("p1").is_empty(), "a relist shows only when done");
+        index.apply(&Event::InitDone);
+        index.apply(&Event::Apply(child("b", "p1")));
+        index.apply(&Event::Apply(child("c", "p2")));
+        assert_eq!(index.children_of("p1").len(), 2);
+        index.apply(&Event::Apply(child("b", "p2")));
+        assert_eq!(index.children_of("p1").len(), 1, "b moved to p2");
+        index.apply(&Event::Delete(child("c", "p2")));
+        assert_eq!(index.children_of("p2").len(), 1);
+        assert!(*index.synced().borrow());
+    }
+}

@@ -1,0 +1,303 @@
+//! Lookups at run time: one watched cache per looked-up kind of a rule (all namespaces, no label
+//! selector), and an index from each looked-up object to the parents whose last plan read it, so
+//! a change to that object re-reconciles exactly those parents.
+//!
+//! The index is fed by the reconciles (what each plan read, through [`Recording`]) and read by
+//! the caches' watch streams; neither holds a client.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::apply::ApplyError;
+use crate::engine::plan::lookups::{LookupKey, LookupSource};
+use crate::engine::rules::Rule;
+use crate::runtime::discovery::{Kinds, ServedKind};
+
+/// A parent of one rule: (namespace, name).
+pub type ParentKey = (String, String);
+
+/// Looked-up object -> parents whose last plan read it.
+#[derive(Debug, Default)]
+pub struct LookupIndex {
+    inner: Mutex<IndexInner>,
+}
+
+#[derive(Debug, Default)]
+struct IndexInner {
+    readers: HashMap<LookupKey, HashSet<ParentKey>>,
+    read: HashMap<ParentKey, Vec<LookupKey>>,
+}
+
+impl LookupIndex {
+    /// Replaces what `parent` read with `keys` (its latest plan's lookups).
+    pub fn record(&self, parent: ParentKey, keys: Vec<LookupKey>) {
+        let Ok(mut inner) = self.inner.lock() else { return };
+        inner.unlink(&parent);
+        for key in &keys {
+            inner.readers.entry(key.clone()).or_default().insert(parent.clone());
+        }
+        if !keys.is_empty() {
+            inner.read.insert(parent, keys);
+        }
+    }
+
+    /// Forgets a parent (deleted).
+    pub fn forget(&self, parent: &ParentKey) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.unlink(parent);
+        }
+    }
+
+    /// The parents whose last plan read `key`.
+    pub fn readers(&self, key: &LookupKey) -> Vec<ParentKey> {
+        self.inner
+            .lock()
+            .ok()
+            .and_then(|inner| inner.readers.get(key).map(|set| set.iter().cloned().collect()))
+            .unwrap_or_default()
+    }
+}
+
+impl IndexInner {
+    fn unlink(&mut self, parent: &ParentKey) {
+        for key in self.read.remove(parent).unwrap_or_default() {
+            if let Some(set) = self.readers.get_mut(&key) {
+                set.remove(parent);
+                if set.is_empty() {
+                    self.readers.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// One looked-up kind's cache.
+#[derive(Clone)]
+struct Cache {
+    resource: ApiResource,
+    namespaced: bool,
+    store: Store<DynamicObject>,
+}
+
+/// The caches of one rule's looked-up kinds, the index of who read what, and whether every cache
+/// has listed.
+pub struct RuleLookups {
+    caches: HashMap<(String, String), Cache>,
+    /// Who read what.
+    pub index: Arc<LookupIndex>,
+    synced: watch::Receiver<bool>,
+}
+
+impl RuleLookups {
+    /// Waits until every cache has listed: a plan on an unlisted cache would see every lookup absent.
+    pub async fn wait_synced(&self) {
+        let _ = self.synced.clone().wait_for(|synced| *synced).await;
+    }
+
+    /// Objects cached per looked-up kind.
+    pub fn cached_objects(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.caches
+            .values()
+            .map(|cache| (cache.resource.kind.as_str(), cache.store.len()))
+    }
+
+    /// A source that remembers what a plan reads.
+    pub fn recording(&self) -> Recording<'_> {
+        Recording {
+            lookups: self,
+            read: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The key as the cache knows it: no namespace for cluster-scoped kinds.
+    fn normalize(&self, key: &LookupKey) -> LookupKey {
+        let mut key = key.clone();
+        if self
+            .caches
+            .get(&(key.api_version.clone(), key.kind.clone()))
+            .is_some_and(|c| !c.namespaced)
+        {
+            key.namespace.clear();
+        }
+        key
+    }
+}
+
+impl LookupSource for RuleLookups {
+    fn get(&self, key: &LookupKey) -> Option<Value> {
+        let cache = self.caches.get(&(key.api_version.clone(), key.kind.clone()))?;
+        let mut reference = ObjectRef::new_with(&key.name, cache.resource.clone());
+        if cache.namespaced {
+            reference = reference.within(&key.namespace);
+        }
+        let object = cache.store.get(&reference)?;
+        let mut json = serde_json::to_value(object.as_ref()).ok()?;
+        if let Some(map) = json.as_object_mut() {
+            // Objects from a LIST carry no type fields.
+            map.insert("apiVersion".to_owned(), Value::from(key.api_version.clone()));
+            map.insert("kind".to_owned(), Value::from(key.kind.clone()));
+        }
+        Some(json)
+    }
+}
+
+/// A [`LookupSource`] that remembers every key read, for the index.
+pub struct Recording<'a> {
+    lookups: &'a RuleLookups,
+    read: Mutex<Vec<LookupKey>>,
+}
+
+impl Recording<'_> {
+    /// Records what was read as `parent`'s lookups (also when the plan failed: a fix to the
+    /// looked-up object must reach the parent).
+    pub fn commit(self, parent: ParentKey) {
+        let keys = self.read.into_inner().unwrap_or_default();
+        self.lookups.index.record(parent, keys);
+    }
+}
+
+impl LookupSource for Recording<'_> {
+    fn get(&self, key: &LookupKey) -> Option<Value> {
+        let key = self.lookups.normalize(key);
+        if let Ok(mut read) = self.read.lock() {
+            read.push(key.clone());
+        }
+        self.lookups.get(&key)
+    }
+}
+
+/// Starts one cache per looked-up kind of `rule`, each fed by `watch` (every namespace, no
+/// label selector). Returns the lookups and the stream of parents
+/// to re-reconcile (the readers of each changed object; readers no longer in `parents` are
+/// forgotten). No lookups: no cache, an empty stream.
+pub fn start(
+    rule: &Rule,
+    kinds: &Kinds,
+    parent_resource: &ApiResource,
+    parents: Store<DynamicObject>,
+    watch: impl Fn(&ServedKind) -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>>,
+) -> Result<
+    (
+        RuleLookups,
+        impl Stream<Item = ObjectRef<DynamicObject>> + Send + 'static,
+    ),
+    ApplyError,
+> {
+    let index = Arc::new(LookupIndex::default());
+    let mut caches = HashMap::new();
+    let mut streams = Vec::new();
+    for (api_version, kind) in rule.lookup_kinds() {
+        let served = kinds
+            .get(&api_version, &kind)
+            .ok_or_else(|| ApplyError::UnknownKind(format!("{api_version} {kind}")))?;
+        let writer = Writer::new(served.resource.clone());
+        let store = writer.as_reader();
+        caches.insert(
+            (api_version.clone(), kind.clone()),
+            Cache {
+                resource: served.resource.clone(),
+                namespaced: served.namespaced,
+                store,
+            },
+        );
+        let (index, parents, parent_resource) = (index.clone(), parents.clone(), parent_resource.clone());
+        let namespaced = served.namespaced;
+        let stream = watch(served)
+            .reflect(writer)
+            .touched_objects()
+            .filter_map(|object| futures::future::ready(object.ok()))
+            .flat_map(move |object| {
+                let key = LookupKey {
+                    api_version: api_version.clone(),
+                    kind: kind.clone(),
+                    namespace: if namespaced {
+                        object.namespace().unwrap_or_default()
+                    } else {
+                        String::new()
+                    },
+                    name: object.name_any(),
+                };
+                let mut due = Vec::new();
+                for parent in index.readers(&key) {
+                    let reference = ObjectRef::new_with(&parent.1, parent_resource.clone()).within(&parent.0);
+                    if parents.get(&reference).is_some() {
+                        due.push(reference);
+                    } else {
+                        index.forget(&parent);
+                    }
+                }
+                futures::stream::iter(due)
+            });
+        streams.push(stream.boxed());
+    }
+    let synced = synced(caches.values().map(|c| c.store.clone()).collect());
+    Ok((
+        RuleLookups { caches, index, synced },
+        futures::stream::select_all(streams),
+    ))
+}
+
+/// A channel that turns true once every store has listed (one waiter per store: kube-runtime's
+/// `wait_until_ready` wakes only the last of several concurrent waiters).
+fn synced(stores: Vec<Store<DynamicObject>>) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(stores.is_empty());
+    if !stores.is_empty() {
+        tokio::spawn(async move {
+            for store in stores {
+                let _ = store.wait_until_ready().await;
+            }
+            let _ = tx.send(true);
+        });
+    }
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> LookupKey {
+        LookupKey {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    fn parent(name: &str) -> ParentKey {
+        ("ns".into(), name.into())
+    }
+
+    #[test]
+    fn readers_are_exactly_the_parents_whose_last_plan_read_the_object() {
+        let index = LookupIndex::default();
+        index.record(parent("a"), vec![key("defaults")]);
+        index.record(parent("b"), vec![key("defaults"), key("b-override")]);
+        index.record(parent("c"), vec![key("other")]);
+        let mut readers = index.readers(&key("defaults"));
+        readers.sort();
+        assert_eq!(readers, vec![parent("a"), parent("b")]);
+
+        index.record(parent("b"), vec![key("b-override")]);
+        assert_eq!(
+            index.readers(&key("defaults")),
+            vec![parent("a")],
+            "b no longer reads it"
+        );
+        index.forget(&parent("a"));
+        assert!(index.readers(&key("defaults")).is_empty());
+        assert_eq!(index.readers(&key("b-override")), vec![parent("b")]);
+    }
+}

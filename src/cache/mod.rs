@@ -1,0 +1,8 @@
+//! What ruleop knows of the cluster: tolerant watch streams feeding compressed caches of parents,
+//! children and looked-up objects.
+
+pub mod children;
+pub mod lookups;
+pub mod packed;
+pub mod parents;
+pub mod watch;

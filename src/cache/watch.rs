@@ -1,0 +1,617 @@
+//! Watch streams that one bad object cannot stall, and that report their health.
+//!
+//! kube decodes a whole LIST response at once, so one object it cannot decode (a custom resource
+//! that preserves unknown fields, nested deeper than serde_json's 128 levels) fails the LIST of
+//! its kind every time, and no object of that kind is ever cached or reconciled. Here each item
+//! is first taken as raw text (serde_json skips nested values without recursing), then decoded
+//! on its own: an object that does not decode costs only itself. It is reported (a log line and
+//! an Event on it, once per version) and dropped from the caches until it changes.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::Resource;
+use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
+use kube::core::{DynamicResourceScope, ObjectMeta, TypeMeta};
+use kube::discovery::ApiResource;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use crate::engine::diagnostic::bounded;
+use crate::ops::health::{PROBE_INTERVAL, Transition, WatchToken};
+
+/// Longest decode error kept (logs, Events).
+const MAX_ERROR: usize = 300;
+/// Remembered (uid, resourceVersion) pairs already reported; forgotten wholesale past this.
+const MAX_REPORTED: usize = 10_000;
+
+/// An object from a LIST or watch: decoded, or only its metadata and why the rest failed.
+#[derive(Debug, Clone)]
+pub enum Tolerant {
+    /// A decoded object.
+    Object(DynamicObject),
+    /// An object that does not decode.
+    Undecodable {
+        /// Its metadata (default when even that does not decode).
+        metadata: ObjectMeta,
+        /// The decode error, bounded.
+        error: String,
+    },
+}
+
+impl Tolerant {
+    /// Decodes one object's JSON text, leaving out what the engine never reads (see [`Slim`]).
+    pub fn from_json(text: &str) -> Tolerant {
+        match serde_json::from_str::<Slim>(text) {
+            Ok(Slim(object)) => Tolerant::Object(object),
+            Err(e) => {
+                /// What identifies the object. Everything else is skipped, which serde_json does
+                /// without recursing: `managedFields` mirrors the nesting of the fields it covers.
+                #[derive(Deserialize)]
+                #[serde(rename_all = "camelCase")]
+                struct Meta {
+                    name: Option<String>,
+                    namespace: Option<String>,
+                    uid: Option<String>,
+                    resource_version: Option<String>,
+                    generation: Option<i64>,
+                    labels: Option<std::collections::BTreeMap<String, String>>,
+                    owner_references: Option<Vec<OwnerReference>>,
+                }
+                #[derive(Deserialize)]
+                struct Head {
+                    metadata: Option<Meta>,
+                }
+                let metadata = serde_json::from_str::<Head>(text)
+                    .ok()
+                    .and_then(|head| head.metadata)
+                    .map(|m| ObjectMeta {
+                        name: m.name,
+                        namespace: m.namespace,
+                        uid: m.uid,
+                        resource_version: m.resource_version,
+                        generation: m.generation,
+                        labels: m.labels,
+                        owner_references: m.owner_references,
+                        ..ObjectMeta::default()
+                    })
+                    .unwrap_or_default();
+                Tolerant::Undecodable {
+                    metadata,
+                    error: bounded(&e.to_string(), MAX_ERROR).into_owned(),
+                }
+            }
+        }
+    }
+}
+
+/// kubectl's copy of the whole object it last applied, in an annotation.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// An object decoded for the caches: `metadata.managedFields` (often half an object: it mirrors
+/// the nesting of every field it covers, once per field manager), `metadata.selfLink` and
+/// kubectl's last-applied annotation (a second copy of the object) are skipped while decoding,
+/// so they are never built, not even for the objects of a LIST page being decoded at once.
+/// (`DynamicObject`'s own decode buffers the whole object first, for its flattened fields.)
+pub struct Slim(pub DynamicObject);
+
+/// [`ObjectMeta`] without `managedFields` and `selfLink` (serde skips unknown keys unbuilt).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimMeta {
+    #[serde(default, deserialize_with = "annotations_but_last_applied")]
+    annotations: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    uid: Option<String>,
+}
+
+fn annotations_but_last_applied<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    let mut annotations = Option::<BTreeMap<String, String>>::deserialize(deserializer)?;
+    if let Some(map) = annotations.as_mut() {
+        map.remove(LAST_APPLIED);
+    }
+    Ok(annotations)
+}
+
+impl From<SlimMeta> for ObjectMeta {
+    fn from(m: SlimMeta) -> ObjectMeta {
+        ObjectMeta {
+            annotations: m.annotations,
+            creation_timestamp: m.creation_timestamp,
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            deletion_timestamp: m.deletion_timestamp,
+            finalizers: m.finalizers,
+            generate_name: m.generate_name,
+            generation: m.generation,
+            labels: m.labels,
+            managed_fields: None,
+            name: m.name,
+            namespace: m.namespace,
+            owner_references: m.owner_references,
+            resource_version: m.resource_version,
+            self_link: None,
+            uid: m.uid,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Slim {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = DynamicObject;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DynamicObject, A::Error> {
+                let mut metadata = ObjectMeta::default();
+                let mut data = serde_json::Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "metadata" {
+                        metadata = map
+                            .next_value::<Option<SlimMeta>>()?
+                            .map(Into::into)
+                            .unwrap_or_default();
+                    } else {
+                        data.insert(key, map.next_value()?);
+                    }
+                }
+                let types = match (data.get("apiVersion"), data.get("kind")) {
+                    (Some(Value::String(api_version)), Some(Value::String(kind))) => Some(TypeMeta {
+                        api_version: api_version.clone(),
+                        kind: kind.clone(),
+                    }),
+                    _ => None,
+                };
+                if types.is_some() {
+                    data.remove("apiVersion");
+                    data.remove("kind");
+                }
+                Ok(DynamicObject {
+                    types,
+                    metadata,
+                    data: Value::Object(data),
+                })
+            }
+        }
+        deserializer.deserialize_map(Fields).map(Slim)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tolerant {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
+        Ok(Tolerant::from_json(raw.get()))
+    }
+}
+
+impl Resource for Tolerant {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        match self {
+            Tolerant::Object(object) => &object.metadata,
+            Tolerant::Undecodable { metadata, .. } => metadata,
+        }
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Tolerant::Object(object) => &mut object.metadata,
+            Tolerant::Undecodable { metadata, .. } => metadata,
+        }
+    }
+}
+
+/// Reports objects that do not decode: a warning and a Warning Event on the object, once per
+/// version, so a tenant's broken object is visible to them without flooding anyone.
+pub struct UndecodableReporter {
+    resource: ApiResource,
+    recorder: Recorder,
+    on_report: Box<dyn Fn() + Send + Sync>,
+    reported: Mutex<HashSet<(String, String)>>,
+}
+
+impl UndecodableReporter {
+    /// A reporter for objects of `resource`; `on_report` runs once per reported version (a metric).
+    pub fn new(resource: ApiResource, recorder: Recorder, on_report: impl Fn() + Send + Sync + 'static) -> Self {
+        UndecodableReporter {
+            resource,
+            recorder,
+            on_report: Box::new(on_report),
+            reported: Mutex::default(),
+        }
+    }
+
+    fn report(&self, metadata: &ObjectMeta, error: &str) {
+        let uid = metadata.uid.clone().unwrap_or_default();
+        let version = metadata.resource_version.clone().unwrap_or_default();
+        if let Ok(mut reported) = self.reported.lock() {
+            if reported.len() >= MAX_REPORTED {
+                reported.clear();
+            }
+            if !reported.insert((uid, version)) {
+                return;
+            }
+        }
+        (self.on_report)();
+        let namespace = metadata.namespace.clone().unwrap_or_default();
+        let name = metadata.name.clone().unwrap_or_default();
+        warn!(
+            kind = %self.resource.kind, %namespace, %name, %error,
+            "an object cannot be decoded; it is skipped (not reconciled) until it changes"
+        );
+        if name.is_empty() {
+            return;
+        }
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(self.resource.api_version.clone()),
+            kind: Some(self.resource.kind.clone()),
+            name: Some(name),
+            namespace: metadata.namespace.clone(),
+            uid: metadata.uid.clone(),
+            resource_version: metadata.resource_version.clone(),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "Undecodable".to_owned(),
+            note: Some(format!(
+                "ruleop cannot read this {}: {error}; it is not reconciled until it is fixed",
+                self.resource.kind
+            )),
+            action: "Decode".to_owned(),
+            secondary: None,
+        };
+        let recorder = self.recorder.clone();
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                warn!(error = %e, "publishing an Event failed");
+            }
+        });
+    }
+}
+
+/// How a watch makes its first list of a kind (`ruleop run --initial-list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum InitialList {
+    /// Stream when the API server answers a probe watch with `sendInitialEvents=true` by the
+    /// bookmark that ends the initial events (Kubernetes 1.32 and later), else page.
+    #[default]
+    Auto,
+    /// The streaming list: one watch that sends every object as an event, then a bookmark. The
+    /// objects arrive (and are decoded) one at a time, never a page of them at once.
+    Streaming,
+    /// A LIST page by page (500 objects each), then a watch: what every API server answers.
+    Paged,
+}
+
+static INITIAL_LIST: OnceLock<InitialList> = OnceLock::new();
+
+/// Sets how every watch of this process lists first (once, at start; later calls are ignored).
+pub fn set_initial_list(choice: InitialList) {
+    let _ = INITIAL_LIST.set(choice);
+}
+
+/// Label the streaming-list probe selects on: no object carries it, so the server answers the
+/// probe with the bookmark alone.
+const PROBE_SELECTOR: &str = "ruleop.io/initial-list-probe";
+/// Longest the probe waits for that bookmark: a server that ignores `sendInitialEvents`
+/// (before Kubernetes 1.27) sends nothing on an empty selection.
+const PROBE_WAIT: Duration = Duration::from_secs(5);
+/// The annotation of the bookmark that ends a streaming list's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Whether the API server streams lists of `api`'s kind: it answers a watch with
+/// `sendInitialEvents=true` (on a selection of nothing) by the bookmark that ends the initial
+/// events. A refusal (older servers reject the parameters), an error or silence means no.
+async fn streams_lists(api: &Api<Tolerant>) -> bool {
+    let params = WatchParams::streaming_lists()
+        .labels(PROBE_SELECTOR)
+        .timeout(PROBE_WAIT.as_secs() as u32);
+    let probe = async {
+        match api.watch(&params, "0").await {
+            Ok(events) => ends_initial_events(events).await,
+            Err(e) => {
+                debug!(error = %e, "the streaming-list probe was refused");
+                false
+            }
+        }
+    };
+    tokio::time::timeout(PROBE_WAIT, probe).await.unwrap_or(false)
+}
+
+/// Whether a probe watch shows the bookmark that ends the initial events before an error or its end.
+async fn ends_initial_events<K>(events: impl Stream<Item = kube::Result<WatchEvent<K>>>) -> bool {
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(WatchEvent::Bookmark(mark)) if mark.metadata.annotations.contains_key(INITIAL_EVENTS_END) => {
+                return true;
+            }
+            Ok(WatchEvent::Error(_)) | Err(_) => return false,
+            Ok(_) => {}
+        }
+    }
+    false
+}
+
+/// `config` with the initial list chosen by `--initial-list` (probing the server for `auto`).
+async fn with_initial_list(api: &Api<Tolerant>, config: watcher::Config) -> watcher::Config {
+    let kind = api.resource_url().to_owned();
+    let streaming = match INITIAL_LIST.get().copied().unwrap_or_default() {
+        InitialList::Streaming => true,
+        InitialList::Paged => false,
+        InitialList::Auto => {
+            let streams = streams_lists(api).await;
+            if !streams {
+                info!(%kind, "the API server does not stream lists (sendInitialEvents); listing page by page");
+            }
+            streams
+        }
+    };
+    let how = if streaming { "streaming" } else { "paged" };
+    info!(%kind, initial_list = %how, "a watch lists its kind first");
+    if streaming { config.streaming_lists() } else { config }
+}
+
+/// A watch of `api` that skips (and reports) objects that do not decode and keeps `token` (its
+/// readiness) up to date, probing with a one-item LIST while a silent recovery is pending. Its
+/// first list streams or pages as [`InitialList`] says; either way `InitDone` (readiness) comes
+/// only once every object was listed.
+pub fn watch(
+    api: Api<Tolerant>,
+    config: watcher::Config,
+    token: WatchToken,
+    reporter: Arc<UndecodableReporter>,
+) -> impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+    let token = Arc::new(token);
+    let probe_api = api.clone();
+    futures::stream::once(async move {
+        let config = with_initial_list(&api, config).await;
+        watcher(api, config)
+    })
+    .flatten()
+    .default_backoff()
+    .inspect(move |item| {
+        if token.observe(item) == Transition::Failing {
+            spawn_probe(probe_api.clone(), Arc::downgrade(&token));
+        }
+    })
+    .filter_map(move |item| {
+        let item = decoded(item, &reporter);
+        std::future::ready(item)
+    })
+}
+
+/// Maps one watcher item to decoded objects: an undecodable `InitApply` is left out of the
+/// relist, an undecodable `Apply` becomes a `Delete`, so no cache keeps an older decodable version.
+fn decoded(
+    item: Result<watcher::Event<Tolerant>, watcher::Error>,
+    reporter: &UndecodableReporter,
+) -> Option<Result<watcher::Event<DynamicObject>, watcher::Error>> {
+    use watcher::Event as E;
+    let stub = |metadata: ObjectMeta| DynamicObject {
+        types: None,
+        metadata,
+        data: serde_json::Value::Object(serde_json::Map::new()),
+    };
+    Some(Ok(match item {
+        Err(e) => return Some(Err(e)),
+        Ok(E::Init) => E::Init,
+        Ok(E::InitDone) => E::InitDone,
+        Ok(E::InitApply(Tolerant::Object(o))) => E::InitApply(o),
+        Ok(E::Apply(Tolerant::Object(o))) => E::Apply(o),
+        Ok(E::Delete(Tolerant::Object(o))) => E::Delete(o),
+        Ok(E::Delete(Tolerant::Undecodable { metadata, .. })) => E::Delete(stub(metadata)),
+        Ok(E::InitApply(Tolerant::Undecodable { metadata, error })) => {
+            reporter.report(&metadata, &error);
+            return None;
+        }
+        Ok(E::Apply(Tolerant::Undecodable { metadata, error })) => {
+            reporter.report(&metadata, &error);
+            E::Delete(stub(metadata))
+        }
+    }))
+}
+
+/// Probes a failing watch's kind until it answers (or the watch is gone or recovers by itself).
+fn spawn_probe(api: Api<Tolerant>, token: std::sync::Weak<WatchToken>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(PROBE_INTERVAL).await;
+            let Some(token) = token.upgrade() else { return };
+            if !token.needs_probe() {
+                return;
+            }
+            if api.list_metadata(&ListParams::default().limit(1)).await.is_ok() {
+                token.probe_succeeded();
+                return;
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+
+    fn nested(depth: usize) -> String {
+        let mut value = "1".to_owned();
+        for _ in 0..depth {
+            value = format!("{{\"a\":{value}}}");
+        }
+        value
+    }
+
+    #[test]
+    fn one_deeply_nested_item_does_not_fail_the_list() {
+        let good = r#"{"apiVersion":"myorg.io/v1","kind":"Blob","metadata":{"name":"good","uid":"u1","resourceVersion":"5"},"spec":{"x":1}}"#;
+        let bad = format!(
+            r#"{{"apiVersion":"myorg.io/v1","kind":"Blob","metadata":{{"name":"deep","namespace":"ns","uid":"u2","managedFields":[{{"manager":"kubectl","fieldsV1":{}}}]}},"spec":{}}}"#,
+            nested(300),
+            nested(300)
+        );
+        let list = format!(
+            r#"{{"apiVersion":"myorg.io/v1","kind":"BlobList","metadata":{{"resourceVersion":"9"}},"items":[{good},{bad}]}}"#
+        );
+        assert!(
+            serde_json::from_str::<kube::core::ObjectList<DynamicObject>>(&list).is_err(),
+            "the plain decode fails on the whole list"
+        );
+        let decoded: kube::core::ObjectList<Tolerant> = serde_json::from_str(&list).expect("list decodes");
+        assert_eq!(decoded.items.len(), 2);
+        assert!(matches!(&decoded.items[0], Tolerant::Object(o) if o.name_any() == "good"));
+        match &decoded.items[1] {
+            Tolerant::Undecodable { metadata, error } => {
+                assert_eq!(metadata.name.as_deref(), Some("deep"));
+                assert!(error.contains("recursion limit exceeded"), "{error}");
+            }
+            other => panic!("expected undecodable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cached_objects_leave_out_managed_fields_and_the_last_applied_copy_but_keep_the_rest() {
+        let text = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"orders-svc","namespace":"shop",
+            "uid":"u1","resourceVersion":"7","generation":2,"labels":{"ruleop.io/rule":"database"},
+            "annotations":{"ruleop.io/desired-hash":"abc","kubectl.kubernetes.io/last-applied-configuration":"{}"},
+            "ownerReferences":[{"apiVersion":"myorg.io/v1","kind":"Database","name":"orders","uid":"p1","controller":true}],
+            "finalizers":["f"],"creationTimestamp":"2026-11-30T08:00:00Z","selfLink":"/x",
+            "managedFields":[{"manager":"ruleop","operation":"Apply","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:ports":{}}}}]},
+            "spec":{"ports":[{"port":5432}],"clusterIP":"10.0.0.9"},"status":{"loadBalancer":{}}}"#;
+        let Tolerant::Object(object) = Tolerant::from_json(text) else {
+            panic!("decodes")
+        };
+        let meta = &object.metadata;
+        assert!(meta.managed_fields.is_none() && meta.self_link.is_none());
+        let annotations = meta.annotations.as_ref().expect("annotations");
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["ruleop.io/desired-hash"]);
+        assert_eq!(meta.labels.as_ref().expect("labels").len(), 1);
+        assert_eq!(meta.owner_references.as_ref().expect("owners")[0].uid, "p1");
+        assert_eq!(
+            (meta.generation, meta.resource_version.as_deref(), meta.uid.as_deref()),
+            (Some(2), Some("7"), Some("u1"))
+        );
+        assert!(meta.creation_timestamp.is_some() && meta.finalizers.is_some());
+        let types = object.types.as_ref().expect("types");
+        assert_eq!((types.api_version.as_str(), types.kind.as_str()), ("v1", "Service"));
+        assert_eq!(
+            object.data,
+            serde_json::json!({"spec": {"ports": [{"port": 5432}], "clusterIP": "10.0.0.9"}, "status": {"loadBalancer": {}}})
+        );
+        // Serialized again (the children cache, plans), it is the object as served, less the above.
+        let again = serde_json::to_value(&object).expect("serializes");
+        assert_eq!(again["metadata"]["name"], "orders-svc");
+        assert_eq!(again["kind"], "Service");
+        assert!(again["metadata"].get("managedFields").is_none());
+    }
+
+    #[test]
+    fn an_item_of_a_list_without_type_fields_decodes_without_them() {
+        let Tolerant::Object(object) = Tolerant::from_json(r#"{"metadata":{"name":"a"},"spec":{}}"#) else {
+            panic!("decodes")
+        };
+        assert!(object.types.is_none());
+        assert_eq!(object.data, serde_json::json!({"spec": {}}));
+    }
+
+    fn event(line: serde_json::Value) -> kube::Result<WatchEvent<DynamicObject>> {
+        Ok(serde_json::from_value(line).expect("a watch event"))
+    }
+
+    fn bookmark(annotations: serde_json::Value) -> kube::Result<WatchEvent<DynamicObject>> {
+        event(
+            serde_json::json!({"type": "BOOKMARK", "object": {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"resourceVersion": "12", "annotations": annotations}}}),
+        )
+    }
+
+    #[test]
+    fn the_probe_streams_only_after_the_bookmark_that_ends_the_initial_events() {
+        let ends = |events: Vec<kube::Result<WatchEvent<DynamicObject>>>| {
+            futures::executor::block_on(ends_initial_events(futures::stream::iter(events)))
+        };
+        let added = event(
+            serde_json::json!({"type": "ADDED", "object": {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "a", "resourceVersion": "11"}}}),
+        );
+        let end = || bookmark(serde_json::json!({INITIAL_EVENTS_END: "true"}));
+        assert!(ends(vec![end()]), "a server that streams lists");
+        assert!(
+            ends(vec![added, bookmark(serde_json::json!({})), end()]),
+            "objects and a plain bookmark first"
+        );
+        assert!(
+            !ends(vec![]),
+            "a server that ignores sendInitialEvents ends the watch without the bookmark"
+        );
+        let refused = event(
+            serde_json::json!({"type": "ERROR", "object": {"code": 422, "message": "resourceVersionMatch is forbidden for watch", "reason": "Invalid", "status": "Failure"}}),
+        );
+        assert!(!ends(vec![refused, end()]), "an error event");
+        assert!(
+            !ends(vec![Err(kube::Error::LinesCodecMaxLineLengthExceeded), end()]),
+            "a broken stream"
+        );
+    }
+
+    #[test]
+    fn a_watch_event_with_a_deeply_nested_object_decodes_to_its_metadata() {
+        let line = format!(
+            r#"{{"type":"MODIFIED","object":{{"apiVersion":"myorg.io/v1","kind":"Blob","metadata":{{"name":"deep","resourceVersion":"7"}},"spec":{}}}}}"#,
+            nested(1000)
+        );
+        let event: kube::core::WatchEvent<Tolerant> = serde_json::from_str(&line).expect("event decodes");
+        match event {
+            kube::core::WatchEvent::Modified(Tolerant::Undecodable { metadata, .. }) => {
+                assert_eq!(metadata.resource_version.as_deref(), Some("7"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

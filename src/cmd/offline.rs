@@ -1,0 +1,446 @@
+//! The offline commands: `check`, `render`, `rbac` and `schema`. No cluster, no client.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::cmd::cli::{OutputFormat, Sources};
+use crate::engine::plan::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
+use crate::engine::plan::foreach::ANNOTATION_ITEM_KEY;
+use crate::engine::plan::lookups::{LookupKey, LookupSource};
+use crate::engine::plan::{self, Plan};
+use crate::engine::rules::load::load;
+use crate::engine::rules::{Rule, RuleSet};
+use crate::engine::yaml;
+
+/// Placeholder UID for a parent read from a file that has none.
+pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// A failed offline command: the text to print on stderr.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CommandError(pub String);
+
+/// `ruleop check`: the summary line on success.
+pub fn check(sources: &Sources) -> Result<String, CommandError> {
+    let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
+    let mut warnings = safe_filter_warnings(&sources.templates);
+    warnings.extend(crate::engine::rules::lint::warnings(&set));
+    let mut report = warnings.join("\n");
+    if !report.is_empty() {
+        report.push('\n');
+    }
+    report.push_str(&format!(
+        "ok: {} rule(s) valid ({})",
+        set.rules.len(),
+        set.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
+    ));
+    Ok(report)
+}
+
+/// Lines warning about `|safe`, which bypasses the injection guard.
+fn safe_filter_warnings(templates: &Path) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let mut stack = vec![templates.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        for path in entries {
+            if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(text) = std::fs::read_to_string(&path) {
+                for (i, line) in text.lines().enumerate() {
+                    if let Some(col) = find_safe_filter(line) {
+                        warnings.push(format!(
+                            "{}:{}:{}: warning: `|safe` inserts a value without the injection guard; \
+                             use it only for trusted text",
+                            path.display(),
+                            i + 1,
+                            col + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    warnings
+}
+
+fn find_safe_filter(line: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(pos) = line[from..].find('|') {
+        let at = from + pos;
+        let rest = line[at + 1..].trim_start();
+        if rest.starts_with("safe") && !rest[4..].starts_with(|c: char| c.is_alphanumeric() || c == '_') {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// `ruleop render`: the printed plan.
+pub fn render(
+    sources: &Sources,
+    file: &Path,
+    observed_dir: Option<&Path>,
+    output: OutputFormat,
+    now: &str,
+) -> Result<String, CommandError> {
+    let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
+    let parent = read_parent(file)?;
+    let files = match observed_dir {
+        Some(dir) => read_observed(dir)?,
+        None => Vec::new(),
+    };
+    let planned = plan_offline(&set, parent, files, file, now)?;
+    let plan = planned.result.map_err(|e| {
+        CommandError(format!(
+            "{}: error: {e}\n  the parent would get Ready=False (reason {}); nothing would be applied",
+            file.display(),
+            e.reason()
+        ))
+    })?;
+    let (rule, parent, notes) = (planned.rule, planned.parent, planned.notes);
+    Ok(match output {
+        OutputFormat::Json => {
+            serde_json::to_string_pretty(&json!({"rule": rule.name, "notes": notes, "plan": plan})).unwrap_or_default()
+        }
+        OutputFormat::Yaml => print_yaml(rule, &parent, &notes, &plan),
+    })
+}
+
+/// A parent planned offline, as `render` and `ruleop test` see it.
+#[derive(Debug)]
+pub struct Planned<'a> {
+    /// The rule watching the parent's kind.
+    pub rule: &'a Rule,
+    /// The parent, with placeholders for a missing uid, namespace or generation.
+    pub parent: Value,
+    /// Which placeholders were used.
+    pub notes: Vec<String>,
+    /// The plan, or why none could be made (what the parent's `Ready` would say).
+    pub result: Result<Plan, plan::PlanError>,
+}
+
+/// Plans one parent offline against `files`: observed children (unlabelled ones are adopted as
+/// the first child id of their kind) and looked-up objects (matched by apiVersion, kind, name).
+/// `origin` names where the parent came from in errors.
+pub fn plan_offline<'a>(
+    set: &'a RuleSet,
+    mut parent: Value,
+    files: Vec<Value>,
+    origin: &Path,
+    now: &str,
+) -> Result<Planned<'a>, CommandError> {
+    let notes = fill_placeholders(&mut parent, origin)?;
+    let rule = rule_for(set, &parent, origin)?;
+    let looked_up = ObservedLookups(files.clone());
+    let lookup_keys = wanted_lookups(set, rule, &parent);
+    let observed: Vec<Value> = files
+        .into_iter()
+        .filter(|object| has_label(object, LABEL_CHILD) || !lookup_keys.iter().any(|k| looked_up.matches(object, k)))
+        .map(|mut object| {
+            adopt(&mut object, rule, &parent);
+            object
+        })
+        .collect();
+    let result = plan::plan_with(&set.renderer, rule, &parent, &observed, &looked_up, now);
+    Ok(Planned {
+        rule,
+        parent,
+        notes,
+        result,
+    })
+}
+
+/// Every document of a YAML file, or an error naming the file and the place.
+pub(crate) fn read_yaml_file(path: &Path) -> Result<Vec<Value>, CommandError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CommandError(format!("{}: error: cannot read: {e}", path.display())))?;
+    yaml::documents(&text).map_err(|e| {
+        CommandError(format!(
+            "{}:{}:{}: error: {}",
+            path.display(),
+            e.line.unwrap_or(0),
+            e.column.unwrap_or(0),
+            e.message
+        ))
+    })
+}
+
+/// Reads the one object of a parent file.
+pub(crate) fn read_parent(file: &Path) -> Result<Value, CommandError> {
+    let mut docs = read_yaml_file(file)?;
+    if docs.len() != 1 || !docs[0].is_object() {
+        return Err(CommandError(format!(
+            "{}: error: expected exactly one object, found {} document(s)",
+            file.display(),
+            docs.len()
+        )));
+    }
+    Ok(docs.remove(0))
+}
+
+/// Gives a parent read from a file a placeholder uid, namespace and generation where it has
+/// none; returns a note for each.
+fn fill_placeholders(parent: &mut Value, origin: &Path) -> Result<Vec<String>, CommandError> {
+    let mut notes = Vec::new();
+    let metadata = parent
+        .as_object_mut()
+        .map(|m| m.entry("metadata").or_insert_with(|| json!({})))
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| CommandError(format!("{}: error: metadata is not a mapping", origin.display())))?;
+    for (field, placeholder) in [
+        ("uid", json!(PLACEHOLDER_UID)),
+        ("namespace", json!("default")),
+        ("generation", json!(1)),
+    ] {
+        if !metadata.contains_key(field) {
+            notes.push(format!("metadata.{field} not set; using {placeholder}"));
+            metadata.insert(field.to_owned(), placeholder);
+        }
+    }
+    Ok(notes)
+}
+
+fn rule_for<'a>(set: &'a RuleSet, parent: &Value, file: &Path) -> Result<&'a Rule, CommandError> {
+    let api_version = parent.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind = parent.get("kind").and_then(Value::as_str).unwrap_or_default();
+    set.rules
+        .iter()
+        .find(|r| r.spec.watch.api_version == api_version && r.spec.watch.kind == kind)
+        .ok_or_else(|| {
+            CommandError(format!(
+                "{}: error: no rule watches {api_version} {kind} (rules watch: {})",
+                file.display(),
+                set.rules
+                    .iter()
+                    .map(|r| format!("{} {}", r.spec.watch.api_version, r.spec.watch.kind))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+}
+
+/// Reads every object of the `--observed` directory.
+pub(crate) fn read_observed(dir: &Path) -> Result<Vec<Value>, CommandError> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| CommandError(format!("{}: error: cannot read directory: {e}", dir.display())))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        .collect();
+    files.sort();
+    let mut observed = Vec::new();
+    for path in files {
+        observed.extend(read_yaml_file(&path)?);
+    }
+    Ok(observed)
+}
+
+/// Looked-up objects offline: the `--observed` objects of the lookup's apiVersion, kind and
+/// name, in its namespace when the file sets one (a file without a namespace matches any, as
+/// observed children do).
+struct ObservedLookups(Vec<Value>);
+
+impl ObservedLookups {
+    fn matches(&self, object: &Value, key: &LookupKey) -> bool {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str);
+        text("/apiVersion") == Some(key.api_version.as_str())
+            && text("/kind") == Some(key.kind.as_str())
+            && text("/metadata/name") == Some(key.name.as_str())
+            && text("/metadata/namespace").is_none_or(|ns| ns == key.namespace)
+    }
+}
+
+impl LookupSource for ObservedLookups {
+    fn get(&self, key: &LookupKey) -> Option<Value> {
+        self.0.iter().find(|o| self.matches(o, key)).cloned()
+    }
+}
+
+/// The objects the parent's lookups read (none if they cannot be computed: planning reports why).
+fn wanted_lookups(set: &RuleSet, rule: &Rule, parent: &Value) -> Vec<LookupKey> {
+    let Ok(parent_ref) = ParentRef::read(parent) else {
+        return Vec::new();
+    };
+    let context = plan::context::build(parent, &std::collections::BTreeMap::new(), &rule.name, None);
+    plan::lookups::keys(&set.renderer, rule, &parent_ref, &context)
+        .map(|keys| keys.into_iter().filter_map(|(_, key)| key).collect())
+        .unwrap_or_default()
+}
+
+fn has_label(object: &Value, key: &str) -> bool {
+    object.pointer("/metadata/labels").and_then(|l| l.get(key)).is_some()
+}
+
+/// Labels an unlabelled observed object as this parent's child of the first child id of its kind.
+fn adopt(object: &mut Value, rule: &Rule, parent: &Value) {
+    let uid = parent
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or(PLACEHOLDER_UID)
+        .to_owned();
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+    let Some(labels) = labels.as_object_mut() else {
+        return;
+    };
+    if !labels.contains_key(LABEL_CHILD)
+        && let Some(child) = rule.spec.children.iter().find(|c| c.kind == kind)
+    {
+        labels.insert(LABEL_CHILD.to_owned(), json!(child.id.value));
+    }
+    labels.entry(LABEL_RULE).or_insert_with(|| json!(rule.name));
+    labels.entry(LABEL_PARENT_UID).or_insert_with(|| json!(uid));
+}
+
+fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> String {
+    let name = parent
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = parent.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let mut out = format!("# ruleop render: rule {:?}, parent {kind} {name}\n", rule.name);
+    for note in notes {
+        out.push_str(&format!("# note: {note}\n"));
+    }
+    if !plan.lookups.is_empty() {
+        out.push_str(&format!("# === lookups ({}) ===\n", plan.lookups.len()));
+        for read in &plan.lookups {
+            match (&read.target, read.found) {
+                (Some(target), true) => out.push_str(&format!("# {}: {target}: found\n", read.id)),
+                (Some(target), false) => out.push_str(&format!("# {}: {target}: absent (none)\n", read.id)),
+                (None, _) => out.push_str(&format!("# {}: name is empty: none\n", read.id)),
+            }
+        }
+    }
+    out.push_str(&format!("# === children ({}) ===\n", plan.children.len()));
+    for child in &plan.children {
+        let item = child
+            .object
+            .pointer(&format!(
+                "/metadata/annotations/{}",
+                ANNOTATION_ITEM_KEY.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            .map(|key| format!(" item {key:?}"))
+            .unwrap_or_default();
+        out.push_str(&format!("---\n# child {:?}{item}: {}\n", child.id, child.target));
+        out.push_str(&yaml::to_string(&child.object));
+    }
+    if !plan.waiting.is_empty() {
+        out.push_str(&format!("# === waiting ({}) ===\n", plan.waiting.len()));
+        for wait in &plan.waiting {
+            out.push_str(&format!(
+                "# {}: waits for {:?}: {} (not applied, not pruned)\n",
+                wait.id, wait.on, wait.reason
+            ));
+        }
+    }
+    out.push_str(&format!("# === prune ({}) ===\n", plan.prune.len()));
+    for target in &plan.prune {
+        out.push_str(&format!("# delete {target}\n"));
+    }
+    out.push_str(&format!("# === actions ({}) ===\n", plan.actions.len()));
+    for decision in &plan.actions {
+        let verdict = if decision.run { "RUN" } else { "skip" };
+        out.push_str(&format!("# {}: {verdict}: {}\n", decision.id, decision.reason));
+        if let Some(effect) = &decision.effect {
+            let printed = match effect {
+                plan::actions::Effect::Create(object) => yaml::to_string(object),
+                plan::actions::Effect::Http(request) => yaml::to_string(&json!(request)),
+            };
+            out.push_str(&commented(&printed, "#   "));
+        }
+    }
+    print_lifecycle(&mut out, plan);
+    out.push_str("# === status patch ===\n");
+    for problem in &plan.status_problems {
+        out.push_str(&commented(&format!("warning: {problem}"), "# "));
+    }
+    match &plan.status_patch {
+        Some(patch) => out.push_str(&commented(&yaml::to_string(patch), "# ")),
+        None => out.push_str("# (none: status already up to date)\n"),
+    }
+    out
+}
+
+/// The finalizer step and, for a parent being deleted, what holds the deletion.
+fn print_lifecycle(out: &mut String, plan: &Plan) {
+    use plan::deletion::{FINALIZER, FinalizerStep};
+    match plan.finalizer {
+        FinalizerStep::Unchanged => {}
+        FinalizerStep::Add => out.push_str(&format!(
+            "# === finalizer {FINALIZER}: add (before any child is applied) ===\n"
+        )),
+        FinalizerStep::Remove => out.push_str(&format!(
+            "# === finalizer {FINALIZER}: remove (after the deletes above): the deletion completes ===\n"
+        )),
+    }
+    if let Some(deletion) = &plan.deletion {
+        out.push_str("# === deletion in progress ===\n");
+        for line in &deletion.waiting {
+            out.push_str(&format!("# waiting: {line}\n"));
+        }
+        for line in &deletion.timed_out {
+            out.push_str(&format!("# timed out (Warning Event): {line}\n"));
+        }
+        if let Some(ms) = deletion.recheck_in_ms {
+            out.push_str(&format!("# looking again in {ms} ms\n"));
+        }
+    }
+}
+
+fn commented(text: &str, prefix: &str) -> String {
+    text.lines().map(|l| format!("{prefix}{l}\n")).collect()
+}
+
+/// `ruleop rbac`: the ClusterRole as YAML.
+pub fn rbac(sources: &Sources, crds: &Path) -> Result<String, CommandError> {
+    let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
+    let plurals = crate::engine::rbac::crd_plurals(crds).map_err(|e| CommandError(format!("error: {e}")))?;
+    let role = crate::engine::rbac::cluster_role(&set, &plurals).map_err(|e| CommandError(format!("error: {e}")))?;
+    Ok(format!(
+        "# Generated by `ruleop rbac` from the rules: the verbs ruleop needs and nothing more.\n{}",
+        yaml::to_string(&role)
+    ))
+}
+
+/// `ruleop schema`: the JSON Schema of rule files, or of test files.
+pub fn schema(kind: crate::cmd::cli::SchemaKind) -> String {
+    let schema = match kind {
+        crate::cmd::cli::SchemaKind::Rule => schemars::schema_for!(crate::engine::rules::model::RuleDocument),
+        crate::cmd::cli::SchemaKind::RuleTest => schemars::schema_for!(crate::cmd::ruletest::model::RuleTestDocument),
+    };
+    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_filter_is_found_but_not_safer_names() {
+        assert_eq!(find_safe_filter("a: {{ x | safe }}"), Some(8));
+        assert_eq!(find_safe_filter("a: {{ x|safe}}"), Some(7));
+        assert_eq!(find_safe_filter("a: {{ x | safest }}"), None);
+        assert_eq!(find_safe_filter("a: {{ x | tojson }}"), None);
+    }
+}

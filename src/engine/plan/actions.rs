@@ -1,0 +1,405 @@
+//! Action decisions: whether each guarded one-shot action runs now, and why.
+//!
+//! A run is keyed by an idempotency key derived from (parent UID, action id, guard value), a
+//! function of the parent and its completed-run record, so every attempt at one run has the same
+//! key until the apply layer records it `Done`. A `create` run needs nothing more (the created
+//! object's name derives from the key: a repeat meets AlreadyExists); an `http` run records its
+//! intent (phase `Pending`) before sending, and a `Pending` record is always resumed with its
+//! own key, never a new one, so a crash between sending and completion re-sends that key only.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::PlanError;
+use super::children::{Declared, Placement, render_object};
+use super::context::{self, LABEL_ACTION, ParentRef};
+use crate::engine::rules::Rule;
+use crate::engine::rules::load::hex;
+use crate::engine::rules::model::{ActionSpec, ActionTrigger};
+use crate::engine::template::Renderer;
+
+/// Annotation carrying the idempotency key on created objects.
+pub const ANNOTATION_KEY: &str = "ruleop.io/idempotency-key";
+
+/// The guard value of an `on: delete` action's run: one run per parent (UID) deletion.
+pub const DELETE_GUARD_VALUE: &str = "delete";
+
+/// Phase of a recorded run.
+pub mod phase {
+    /// Intent recorded; the effect may or may not have happened.
+    pub const PENDING: &str = "Pending";
+    /// The effect happened.
+    pub const DONE: &str = "Done";
+    /// The last attempt failed; it is retried with the same key.
+    pub const FAILED: &str = "Failed";
+}
+
+/// The decision for one action.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionDecision {
+    /// Action id.
+    pub id: String,
+    /// Whether it runs in this reconcile.
+    pub run: bool,
+    /// Why it runs or not, for people.
+    pub reason: String,
+    /// The guard value this run is for (e.g. `generation=3`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guard_value: Option<String>,
+    /// The idempotency key of the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// What the run does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effect: Option<Effect>,
+    /// When a failed run waits out its backoff: milliseconds until it may be retried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<u64>,
+}
+
+/// What a run does, fully rendered.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Effect {
+    /// Create this object (its name derives from the key, so a retry meets AlreadyExists).
+    Create(Value),
+    /// Send this request with an `Idempotency-Key` header.
+    Http(HttpRequest),
+}
+
+/// A rendered webhook request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRequest {
+    /// Method.
+    pub method: String,
+    /// URL.
+    pub url: String,
+    /// Headers (without `Idempotency-Key`, which the sender adds).
+    pub headers: BTreeMap<String, String>,
+    /// Body.
+    pub body: String,
+    /// Timeout in milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// The record of an action's last run, as kept in `status.actions.<id>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunRecord {
+    /// Key of the last run.
+    pub key: String,
+    /// Guard value of the last run.
+    pub guard_value: String,
+    /// Its phase.
+    pub phase: String,
+    /// How many runs (distinct keys) have started.
+    pub runs: u64,
+    /// How many attempts the current key has had.
+    pub attempts: u64,
+    /// When the last attempt failed (RFC 3339).
+    pub failed_at: Option<String>,
+    /// When the current run started (RFC 3339).
+    pub started_at: Option<String>,
+}
+
+impl RunRecord {
+    /// Reads `status.actions.<id>` of the parent.
+    pub fn read(parent: &Value, id: &str) -> Option<Self> {
+        let record = parent.pointer(&format!("/status/actions/{id}"))?;
+        let text = |f: &str| record.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
+        Some(RunRecord {
+            key: text("key"),
+            guard_value: text("guardValue"),
+            phase: text("phase"),
+            runs: record.get("runs").and_then(Value::as_u64).unwrap_or(0),
+            attempts: record.get("attempts").and_then(Value::as_u64).unwrap_or(0),
+            failed_at: record.get("failedAt").and_then(Value::as_str).map(str::to_owned),
+            started_at: record.get("startedAt").and_then(Value::as_str).map(str::to_owned),
+        })
+    }
+}
+
+/// The idempotency key of a run: stable for (parent UID, action id, guard value).
+pub fn idempotency_key(parent_uid: &str, action_id: &str, guard_value: &str) -> String {
+    let digest = Sha256::digest(format!("{parent_uid}/{action_id}/{guard_value}").as_bytes());
+    hex(&digest[..8])
+}
+
+/// The name of an object created by a run: `<parent>-<action>-<key prefix>`, at most 63 characters.
+pub fn object_name(parent: &str, action_id: &str, key: &str) -> String {
+    let suffix = format!("-{action_id}-{}", &key[..key.len().min(10)]);
+    let room = 63usize.saturating_sub(suffix.len());
+    let prefix: String = parent.chars().take(room).collect();
+    format!("{}{suffix}", prefix.trim_end_matches('-'))
+}
+
+/// What an action's templates and guard read.
+pub struct Scope<'a> {
+    /// The parent object.
+    pub parent: &'a Value,
+    /// Its identity.
+    pub parent_ref: &'a ParentRef,
+    /// Observed children by id.
+    pub children: &'a BTreeMap<String, &'a Value>,
+    /// The context of `when` expressions (without `action`).
+    pub context: &'a minijinja::Value,
+    /// The time of this plan (RFC 3339), for retry backoff.
+    pub now: &'a str,
+}
+
+/// Longest wait before retrying a failed run.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
+
+/// How long after its `attempts`-th failure a run is retried: 1 s doubling, capped.
+pub fn retry_delay(attempts: u64) -> Duration {
+    Duration::from_secs(1u64 << attempts.saturating_sub(1).min(16)).min(MAX_RETRY_DELAY)
+}
+
+/// Time left before a failed run may be retried, or `None` if it may be retried now.
+fn backoff_left(record: &RunRecord, now: &str) -> Option<Duration> {
+    let failed_at: jiff::Timestamp = record.failed_at.as_deref()?.parse().ok()?;
+    let now: jiff::Timestamp = now.parse().ok()?;
+    let elapsed = Duration::try_from(now.duration_since(failed_at)).unwrap_or(Duration::ZERO);
+    retry_delay(record.attempts)
+        .checked_sub(elapsed)
+        .filter(|left| !left.is_zero())
+}
+
+/// Decides one action.
+pub fn decide(
+    renderer: &Renderer,
+    rule: &Rule,
+    action: &ActionSpec,
+    scope: &Scope<'_>,
+) -> Result<ActionDecision, PlanError> {
+    let (parent, parent_ref, base_context) = (scope.parent, scope.parent_ref, scope.context);
+    let id = action.id.value.as_str();
+    let skip = |reason: String| ActionDecision {
+        id: id.to_owned(),
+        run: false,
+        reason,
+        guard_value: None,
+        key: None,
+        effect: None,
+        retry_in_ms: None,
+    };
+    let record = RunRecord::read(parent, id);
+    if let Some(record) = record
+        .as_ref()
+        .filter(|r| r.phase == phase::PENDING && !r.key.is_empty())
+    {
+        let reason = format!(
+            "resuming run {} ({}): its intent was recorded but not its completion",
+            record.key, record.guard_value
+        );
+        return run(
+            renderer,
+            rule,
+            action,
+            scope,
+            &record.guard_value,
+            record.key.clone(),
+            reason,
+        );
+    }
+    if let Some(when) = &action.when {
+        let label = rule.inline_template(&format!("actions.{id}.when"));
+        let holds = renderer
+            .eval_bool(&label, &when.value, base_context)
+            .map_err(|e| super::status_eval::relocate(rule, when, e))?;
+        if !holds {
+            return Ok(skip(format!("`when` is false ({})", when.value)));
+        }
+    }
+    let guard = &action.guard;
+    let guard_value = if action.on == ActionTrigger::Delete {
+        DELETE_GUARD_VALUE.to_owned()
+    } else if guard.generation {
+        format!("generation={}", parent_ref.generation)
+    } else if let Some(annotation) = &guard.annotation {
+        match parent.pointer(&format!(
+            "/metadata/annotations/{}",
+            annotation.replace('~', "~0").replace('/', "~1")
+        )) {
+            Some(Value::String(value)) if !value.is_empty() => format!("annotation={value}"),
+            _ => return Ok(skip(format!("annotation {annotation} is not set"))),
+        }
+    } else if let Some(condition) = &guard.condition {
+        if condition_is_true(parent, condition) {
+            return Ok(skip(format!("condition {condition} is True")));
+        }
+        let runs = record.as_ref().map_or(0, |r| r.runs);
+        let done = record.as_ref().is_some_and(|r| r.phase == phase::DONE);
+        format!("run={}", if done { runs + 1 } else { runs.max(1) })
+    } else {
+        return Ok(skip("no guard".to_owned()));
+    };
+    let key = idempotency_key(&parent_ref.uid, id, &guard_value);
+    let reason = match &record {
+        Some(r) if r.key == key && r.phase == phase::DONE => {
+            let what = if action.on == ActionTrigger::Delete {
+                "this deletion"
+            } else {
+                guard_value.as_str()
+            };
+            return Ok(skip(format!("already ran for {what} (key {key})")));
+        }
+        Some(r) if r.key == key => {
+            if let Some(left) = backoff_left(r, scope.now) {
+                let mut decision = skip(format!(
+                    "attempt {} for {guard_value} failed; retrying in {}s (key {key})",
+                    r.attempts,
+                    left.as_secs().max(1)
+                ));
+                decision.retry_in_ms = Some(left.as_millis() as u64);
+                return Ok(decision);
+            }
+            format!(
+                "retrying {guard_value} after a failure, attempt {} (key {key})",
+                r.attempts + 1
+            )
+        }
+        Some(r) => format!("{guard_value} has not run yet (last run: {})", r.guard_value),
+        None if action.on == ActionTrigger::Delete => "the parent is being deleted and it has not run yet".to_owned(),
+        None => format!("{guard_value} has not run yet (never ran)"),
+    };
+    run(renderer, rule, action, scope, &guard_value, key, reason)
+}
+
+fn condition_is_true(parent: &Value, condition: &str) -> bool {
+    parent
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.get("type").and_then(Value::as_str) == Some(condition)
+                && c.get("status").and_then(Value::as_str) == Some("True")
+        })
+}
+
+fn run(
+    renderer: &Renderer,
+    rule: &Rule,
+    action: &ActionSpec,
+    scope: &Scope<'_>,
+    guard_value: &str,
+    key: String,
+    reason: String,
+) -> Result<ActionDecision, PlanError> {
+    let (id, parent_ref) = (action.id.value.as_str(), scope.parent_ref);
+    let name = object_name(&parent_ref.name, id, &key);
+    let action_value = json!({"id": id, "key": key, "name": name, "guardValue": guard_value});
+    let mut entries = serde_json::Map::new();
+    entries.insert("action".to_owned(), action_value);
+    let context = context::extend(scope.context, entries);
+    let effect = if let Some(create) = &action.create {
+        let declared = Declared {
+            id,
+            api_version: &create.api_version,
+            kind: &create.kind,
+            template: &create.template.value,
+            placement: Placement::ParentNamespace,
+        };
+        let mut object = render_object(renderer, &declared, parent_ref, &rule.name, &context)?;
+        if action.on == ActionTrigger::Delete
+            && let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            // A final backup must outlive its parent: with an ownerReference the garbage
+            // collector would delete it (and stop it, if it still runs) once the parent is gone.
+            metadata.remove("ownerReferences");
+        }
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.insert("name".to_owned(), json!(name));
+            if let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut) {
+                labels.insert(LABEL_ACTION.to_owned(), json!(id));
+            }
+            let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+            if let Some(annotations) = annotations.as_object_mut() {
+                annotations.insert(ANNOTATION_KEY.to_owned(), json!(key));
+            }
+        }
+        Effect::Create(object)
+    } else if let Some(http) = &action.http {
+        let text = |path: &str| renderer.render_text(&rule.inline_template(&format!("actions.{id}.{path}")), &context);
+        let mut headers = BTreeMap::new();
+        for header in http.headers.keys() {
+            headers.insert(header.clone(), text(&format!("http.headers.{header}"))?);
+        }
+        Effect::Http(HttpRequest {
+            method: http.method.to_uppercase(),
+            url: text("http.url")?,
+            headers,
+            body: if http.body.is_some() {
+                text("http.body")?
+            } else {
+                String::new()
+            },
+            timeout_ms: http
+                .timeout
+                .as_deref()
+                .and_then(|t| crate::engine::duration::parse(t).ok())
+                .map_or(10_000, |d| d.as_millis() as u64),
+        })
+    } else {
+        return Err(PlanError::InvalidParent(format!("action {id} has no effect")));
+    };
+    Ok(ActionDecision {
+        id: id.to_owned(),
+        run: true,
+        reason,
+        guard_value: Some(guard_value.to_owned()),
+        key: Some(key),
+        effect: Some(effect),
+        retry_in_ms: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delay_doubles_and_is_capped() {
+        assert_eq!(retry_delay(1), Duration::from_secs(1));
+        assert_eq!(retry_delay(3), Duration::from_secs(4));
+        assert_eq!(retry_delay(40), MAX_RETRY_DELAY);
+    }
+
+    #[test]
+    fn a_failed_run_waits_out_its_backoff() {
+        let record = RunRecord {
+            attempts: 2,
+            failed_at: Some("2026-11-29T10:00:00Z".into()),
+            ..RunRecord::default()
+        };
+        assert_eq!(
+            backoff_left(&record, "2026-11-29T10:00:00Z"),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            backoff_left(&record, "2026-11-29T10:00:01Z"),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(backoff_left(&record, "2026-11-29T10:00:02Z"), None);
+    }
+
+    #[test]
+    fn keys_are_stable_and_names_fit_a_label() {
+        assert_eq!(
+            idempotency_key("uid", "backup", "generation=1"),
+            idempotency_key("uid", "backup", "generation=1")
+        );
+        assert_ne!(
+            idempotency_key("uid", "backup", "generation=1"),
+            idempotency_key("uid", "backup", "generation=2")
+        );
+        let name = object_name(&"x".repeat(80), "backup", "0123456789abcdef");
+        assert!(name.len() <= 63 && name.ends_with("-backup-0123456789"), "{name}");
+    }
+}

@@ -1,0 +1,197 @@
+//! Desired children: render a child's template and check it is exactly the one object declared.
+
+use serde_json::{Value, json};
+
+use super::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
+use super::{PlanError, builtin, names, scope};
+use crate::engine::rules::model::ImmutableChangePolicy;
+use crate::engine::template::Renderer;
+use crate::engine::yaml;
+
+/// A child as it will be applied.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredChild {
+    /// The child's id in the rule.
+    pub id: String,
+    /// Identity of the object.
+    #[serde(flatten)]
+    pub target: ObjectRef,
+    /// The complete object to apply, with our labels and the controller owner reference.
+    pub object: Value,
+    /// What to do when the apply hits an immutable field.
+    #[serde(skip)]
+    pub on_immutable_change: ImmutableChangePolicy,
+}
+
+/// Identity of an object (`namespace` is empty for cluster-scoped kinds).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    /// `group/version` or `v1`.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// The identity of an observed object, if it has the fields.
+    pub fn of(object: &Value) -> Option<Self> {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        Some(ObjectRef {
+            api_version: text("/apiVersion")?,
+            kind: text("/kind")?,
+            namespace: text("/metadata/namespace").unwrap_or_default(),
+            name: text("/metadata/name")?,
+        })
+    }
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// What a template must produce.
+pub struct Declared<'a> {
+    /// Id of the child or action, for messages and labels.
+    pub id: &'a str,
+    /// Declared apiVersion.
+    pub api_version: &'a str,
+    /// Declared kind.
+    pub kind: &'a str,
+    /// Template name.
+    pub template: &'a str,
+    /// Where the object may live.
+    pub placement: Placement,
+}
+
+/// Where a rendered object may live, which decides how the parent owns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// In the parent's namespace only (objects created by actions).
+    ParentNamespace,
+    /// A child: in the parent's namespace (controller ownerReference), or, owned by labels,
+    /// cluster-scoped or in another namespace (which [`super::scope::guard`] then checks).
+    Child {
+        /// Whether the kind is cluster-scoped.
+        cluster_scoped: bool,
+    },
+}
+
+/// Renders one template into one checked object carrying our labels and owner reference.
+pub fn render_object(
+    renderer: &Renderer,
+    declared: &Declared<'_>,
+    parent: &ParentRef,
+    rule_name: &str,
+    context: &minijinja::Value,
+) -> Result<Value, PlanError> {
+    let invalid = |message: String| PlanError::InvalidChild {
+        id: declared.id.to_owned(),
+        template: declared.template.to_owned(),
+        message,
+    };
+    let text = renderer.render_yaml(declared.template, context)?;
+    let mut documents = yaml::documents(&text).map_err(|e| {
+        invalid(format!(
+            "rendered text is not valid YAML at line {}: {}",
+            e.line.unwrap_or(0),
+            e.message
+        ))
+    })?;
+    let mut object = match documents.len() {
+        1 => documents.remove(0),
+        0 => return Err(invalid("rendered no object".to_owned())),
+        n => {
+            return Err(invalid(format!(
+                "rendered {n} documents; a template must render exactly one object"
+            )));
+        }
+    };
+    let Some(map) = object.as_object_mut() else {
+        return Err(invalid("rendered a scalar or list, not an object".to_owned()));
+    };
+    for (field, want) in [("apiVersion", declared.api_version), ("kind", declared.kind)] {
+        let got = map.get(field).and_then(Value::as_str).unwrap_or_default();
+        if got != want {
+            return Err(invalid(format!(
+                "rendered {field} {got:?} but the rule declares {want:?}"
+            )));
+        }
+    }
+    let metadata = map.entry("metadata").or_insert_with(|| json!({}));
+    let Some(metadata) = metadata.as_object_mut() else {
+        return Err(invalid("metadata is not a mapping".to_owned()));
+    };
+    let ownership = scope::place(metadata, declared.placement, parent).map_err(invalid)?;
+    let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+    let Some(labels) = labels.as_object_mut() else {
+        return Err(invalid("metadata.labels is not a mapping".to_owned()));
+    };
+    labels.insert(LABEL_RULE.to_owned(), json!(rule_name));
+    labels.insert(LABEL_PARENT_UID.to_owned(), json!(parent.uid));
+    match ownership {
+        scope::Ownership::Controller => {
+            let owners = metadata.entry("ownerReferences").or_insert_with(|| json!([]));
+            match owners.as_array_mut() {
+                Some(owners) => owners.push(parent.owner_reference()),
+                None => return Err(invalid("metadata.ownerReferences is not a list".to_owned())),
+            }
+        }
+        scope::Ownership::Labels => {
+            let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+            let Some(annotations) = annotations.as_object_mut() else {
+                return Err(invalid("metadata.annotations is not a mapping".to_owned()));
+            };
+            annotations.insert(
+                scope::ANNOTATION_PARENT.to_owned(),
+                json!(format!("{}/{}", parent.namespace, parent.name)),
+            );
+        }
+    }
+    builtin::check_types(&object).map_err(&invalid)?;
+    let is_builtin = builtin::plural(declared.api_version, declared.kind).is_some();
+    names::check_keys(&object, is_builtin).map_err(invalid)?;
+    Ok(object)
+}
+
+/// Renders a child and names it.
+pub fn desired_child(
+    renderer: &Renderer,
+    declared: &Declared<'_>,
+    on_immutable_change: ImmutableChangePolicy,
+    parent: &ParentRef,
+    rule_name: &str,
+    context: &minijinja::Value,
+) -> Result<DesiredChild, PlanError> {
+    let mut object = render_object(renderer, declared, parent, rule_name, context)?;
+    if let Some(labels) = object.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
+        labels.insert(LABEL_CHILD.to_owned(), json!(declared.id));
+    }
+    let target = ObjectRef::of(&object).ok_or_else(|| PlanError::InvalidChild {
+        id: declared.id.to_owned(),
+        template: declared.template.to_owned(),
+        message: "rendered object has no metadata.name".to_owned(),
+    })?;
+    names::check_name(&object).map_err(|message| PlanError::InvalidChild {
+        id: declared.id.to_owned(),
+        template: declared.template.to_owned(),
+        message,
+    })?;
+    Ok(DesiredChild {
+        id: declared.id.to_owned(),
+        target,
+        object,
+        on_immutable_change,
+    })
+}

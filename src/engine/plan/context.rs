@@ -1,0 +1,106 @@
+//! The template context: what a template or expression sees of the parent and its children.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::PlanError;
+use crate::engine::template;
+
+/// Label naming the rule that made an object.
+pub const LABEL_RULE: &str = "ruleop.io/rule";
+/// Label holding the parent's UID.
+pub const LABEL_PARENT_UID: &str = "ruleop.io/parent-uid";
+/// Label naming the child id within the rule.
+pub const LABEL_CHILD: &str = "ruleop.io/child";
+/// Label naming the action that created an object.
+pub const LABEL_ACTION: &str = "ruleop.io/action";
+
+/// The parent's identity, read once and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentRef {
+    /// `apiVersion` of the parent.
+    pub api_version: String,
+    /// `kind` of the parent.
+    pub kind: String,
+    /// Namespace of the parent (namespaced kinds only are supported as parents).
+    pub namespace: String,
+    /// Name of the parent.
+    pub name: String,
+    /// UID of the parent.
+    pub uid: String,
+    /// `metadata.generation` (0 when the server has not set it).
+    pub generation: i64,
+}
+
+impl ParentRef {
+    /// Reads and checks the parent's identity fields.
+    pub fn read(parent: &Value) -> Result<Self, PlanError> {
+        let text = |pointer: &str| parent.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
+        let missing = |what: &str| PlanError::InvalidParent(format!("the custom resource has no {what}"));
+        if !parent.get("spec").is_some_and(Value::is_object) {
+            return Err(PlanError::InvalidParent(
+                "the custom resource has no spec (or spec is not a mapping)".to_owned(),
+            ));
+        }
+        Ok(ParentRef {
+            api_version: text("/apiVersion").ok_or_else(|| missing("apiVersion"))?,
+            kind: text("/kind").ok_or_else(|| missing("kind"))?,
+            namespace: text("/metadata/namespace").ok_or_else(|| missing("metadata.namespace"))?,
+            name: text("/metadata/name").ok_or_else(|| missing("metadata.name"))?,
+            uid: text("/metadata/uid").ok_or_else(|| missing("metadata.uid"))?,
+            generation: parent
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+        })
+    }
+
+    /// The controller owner reference children carry.
+    pub fn owner_reference(&self) -> Value {
+        json!({
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        })
+    }
+}
+
+/// Builds the context of templates and expressions: `object`, `metadata`, `spec`, `status`,
+/// `children` (observed children by id), `rule` (`name`), plus `extra` entries (e.g. `action`).
+pub fn build(
+    parent: &Value,
+    children: &BTreeMap<String, &Value>,
+    rule_name: &str,
+    extra: Option<(&str, Value)>,
+) -> minijinja::Value {
+    let field = |name: &str| parent.get(name).cloned().unwrap_or_else(|| json!({}));
+    let mut context = serde_json::Map::new();
+    context.insert("object".to_owned(), parent.clone());
+    context.insert("metadata".to_owned(), field("metadata"));
+    context.insert("spec".to_owned(), field("spec"));
+    context.insert("status".to_owned(), field("status"));
+    context.insert(
+        "children".to_owned(),
+        serde_json::to_value(children).unwrap_or_default(),
+    );
+    context.insert("rule".to_owned(), json!({ "name": rule_name }));
+    if let Some((key, value)) = extra {
+        context.insert(key.to_owned(), value);
+    }
+    template::to_value(&context)
+}
+
+/// `base` with `entries` added or replacing its own: a lazy merge, the base is not copied.
+pub fn extend(base: &minijinja::Value, entries: serde_json::Map<String, Value>) -> minijinja::Value {
+    layer(base, template::to_value(&entries))
+}
+
+/// `base` seen through `top`: a key of `top` hides the same key of `base` (minijinja's
+/// `merge_maps` lets the last map win, whatever its doc example says).
+pub fn layer(base: &minijinja::Value, top: minijinja::Value) -> minijinja::Value {
+    minijinja::value::merge_maps([base.clone(), top])
+}

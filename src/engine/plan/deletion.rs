@@ -1,0 +1,344 @@
+//! The parent's lifecycle: the `ruleop.io/cleanup` finalizer and what happens while the parent
+//! is being deleted (`on: delete` actions, `waitFor`/`timeout`, deleting label-owned children).
+//!
+//! Order, and why: the finalizer is added before the first label-owned child exists (so no such
+//! child can outlive an untracked parent); on deletion the `on: delete` actions run first (a
+//! final backup needs the data still there), then label-owned children are deleted, then the
+//! finalizer is removed. Every step is recomputed from the live state on each reconcile, so a
+//! crash at any point resumes where it stopped.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::actions::{self, ANNOTATION_KEY, DELETE_GUARD_VALUE, RunRecord, Scope, phase};
+use super::children::ObjectRef;
+use super::context::{self, LABEL_ACTION, LABEL_CHILD, ParentRef};
+use super::{DesiredStatus, Plan, PlanError, label, scope};
+use crate::engine::rules::Rule;
+use crate::engine::rules::model::{ActionSpec, ActionTrigger};
+use crate::engine::template::Renderer;
+
+/// The finalizer holding a parent's deletion until its label-owned children are deleted and its
+/// `on: delete` actions have run.
+pub const FINALIZER: &str = "ruleop.io/cleanup";
+
+/// How long `waitFor` may hold a deletion when the rule gives no `timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How often a deletion waiting on `waitFor` looks again (the created object is not watched).
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// What a reconcile does with the finalizer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FinalizerStep {
+    /// Nothing.
+    #[default]
+    Unchanged,
+    /// Add it before anything else is written.
+    Add,
+    /// Remove it after the cleanup deletes succeeded: the deletion can complete.
+    Remove,
+}
+
+/// The state of a deletion in progress.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deletion {
+    /// What holds the deletion, for people.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<String>,
+    /// `on: delete` actions given up on after their timeout (each becomes a Warning Event).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timed_out: Vec<String>,
+    /// When to look again at a `waitFor`, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recheck_in_ms: Option<u64>,
+}
+
+/// Whether the parent is being deleted.
+pub fn is_deleting(parent: &Value) -> bool {
+    parent
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+/// Whether the parent carries our finalizer.
+pub fn has_finalizer(parent: &Value) -> bool {
+    parent
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+}
+
+/// The finalizer step of a live (not deleting) parent: add it when the rule may own children
+/// by labels, or when an `on: delete` action would run (its `when` is true now). Once added it
+/// stays until the deletion (a parent whose `when` turned false is released quickly then).
+pub fn finalizer_step(
+    renderer: &Renderer,
+    rule: &Rule,
+    parent: &Value,
+    context: &minijinja::Value,
+) -> Result<FinalizerStep, PlanError> {
+    if has_finalizer(parent) {
+        return Ok(FinalizerStep::Unchanged);
+    }
+    let mut needed = rule.may_own_by_label();
+    for action in rule.spec.actions.iter().filter(|a| a.on == ActionTrigger::Delete) {
+        if needed {
+            break;
+        }
+        needed = match &action.when {
+            None => true,
+            Some(when) => {
+                let label = rule.inline_template(&format!("actions.{}.when", action.id.value));
+                renderer.eval_bool(&label, &when.value, context)?
+            }
+        };
+    }
+    Ok(if needed {
+        FinalizerStep::Add
+    } else {
+        FinalizerStep::Unchanged
+    })
+}
+
+/// What planning a deletion reads.
+pub struct Inputs<'a> {
+    /// Renders `when` and `waitFor` expressions and action templates.
+    pub renderer: &'a Renderer,
+    /// The rule.
+    pub rule: &'a Rule,
+    /// The parent (with `deletionTimestamp`).
+    pub parent: &'a Value,
+    /// Its identity.
+    pub parent_ref: &'a ParentRef,
+    /// Observed objects carrying this parent's labels: children and objects its actions created.
+    pub ours: &'a [&'a Value],
+    /// Observed children by id.
+    pub children: &'a BTreeMap<String, &'a Value>,
+    /// The base template context.
+    pub context: &'a minijinja::Value,
+    /// The time of this plan (RFC 3339).
+    pub now: &'a str,
+}
+
+/// Plans one reconcile of a parent being deleted: no child is applied; `on: delete` actions run
+/// or are waited for; once they are settled, label-owned children are deleted (the prune list)
+/// and the finalizer removed.
+pub fn plan(inputs: &Inputs<'_>) -> Result<Plan, PlanError> {
+    let Inputs { parent, parent_ref, .. } = *inputs;
+    let mut deletion = Deletion::default();
+    let status = DesiredStatus {
+        generation: parent_ref.generation,
+        ..DesiredStatus::default()
+    };
+    if !has_finalizer(parent) {
+        deletion.waiting.push(format!(
+            "no {FINALIZER} finalizer: nothing holds the deletion, nothing to do"
+        ));
+        return Ok(empty(status, deletion, FinalizerStep::Unchanged, Vec::new()));
+    }
+    let scope = Scope {
+        now: inputs.now,
+        parent,
+        parent_ref,
+        children: inputs.children,
+        context: inputs.context,
+    };
+    let mut decisions = Vec::new();
+    let mut settled = true;
+    for action in inputs
+        .rule
+        .spec
+        .actions
+        .iter()
+        .filter(|a| a.on == ActionTrigger::Delete)
+    {
+        let mut decision = actions::decide(inputs.renderer, inputs.rule, action, &scope)?;
+        let record = RunRecord::read(parent, &action.id.value);
+        let key = actions::idempotency_key(&parent_ref.uid, &action.id.value, DELETE_GUARD_VALUE);
+        let record = record.filter(|r| r.key == key);
+        let left = time_left(action, record.as_ref(), inputs.now);
+        if record.as_ref().is_some_and(|r| r.phase == phase::DONE) {
+            settled &= wait_for_holds(inputs, action, &key, left, &mut deletion)?;
+        } else if !decision.run && decision.key.is_none() && decision.retry_in_ms.is_none() {
+            // `when` is false: nothing to run, nothing to wait for.
+        } else if left.is_some_and(|l| l.is_zero()) {
+            // A run that keeps failing must not hold the deletion forever either.
+            decision.run = false;
+            decision.retry_in_ms = None;
+            decision.reason = format!("gave up: not completed within its timeout (key {key})");
+            deletion.timed_out.push(format!(
+                "action {}: not completed within its timeout; the deletion goes on without it",
+                action.id.value
+            ));
+        } else {
+            settled = false;
+            let what = if decision.run {
+                "runs now; the deletion waits for it"
+            } else {
+                decision.reason.as_str()
+            };
+            deletion.waiting.push(format!("action {}: {what}", action.id.value));
+        }
+        decisions.push(decision);
+    }
+    if !settled {
+        return Ok(empty(status, deletion, FinalizerStep::Unchanged, decisions));
+    }
+    let cleanup: Vec<ObjectRef> = inputs
+        .ours
+        .iter()
+        .filter(|o| label(o, LABEL_CHILD).is_some() && label(o, LABEL_ACTION).is_none())
+        .filter(|o| scope::is_label_owned(o, &parent_ref.namespace))
+        .filter(|o| o.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null))
+        .filter_map(|o| ObjectRef::of(o))
+        .collect();
+    // Deleting a Namespace deletes what is in it: no request per object inside.
+    let namespaces: Vec<String> = cleanup
+        .iter()
+        .filter(|o| o.api_version == "v1" && o.kind == "Namespace")
+        .map(|o| o.name.clone())
+        .collect();
+    let cleanup: Vec<ObjectRef> = cleanup
+        .into_iter()
+        .filter(|o| !namespaces.contains(&o.namespace))
+        .collect();
+    let mut plan = empty(status, deletion, FinalizerStep::Remove, decisions);
+    plan.prune = cleanup;
+    Ok(plan)
+}
+
+fn empty(
+    status: DesiredStatus,
+    deletion: Deletion,
+    finalizer: FinalizerStep,
+    actions: Vec<actions::ActionDecision>,
+) -> Plan {
+    Plan {
+        children: Vec::new(),
+        prune: Vec::new(),
+        waiting: Vec::new(),
+        lookups: Vec::new(),
+        actions,
+        finalizer,
+        deletion: Some(deletion),
+        status_patch: None,
+        status,
+        status_problems: Vec::new(),
+    }
+}
+
+/// Time left before the action's timeout, counted from the start of its run; `None` before it
+/// started.
+fn time_left(action: &ActionSpec, record: Option<&RunRecord>, now: &str) -> Option<Duration> {
+    let timeout = action
+        .timeout
+        .as_ref()
+        .and_then(|t| crate::engine::duration::parse(&t.value).ok())
+        .unwrap_or(DEFAULT_TIMEOUT);
+    let started: jiff::Timestamp = record?.started_at.as_deref()?.parse().ok()?;
+    let now: jiff::Timestamp = now.parse().ok()?;
+    let elapsed = Duration::try_from(now.duration_since(started)).unwrap_or(Duration::ZERO);
+    Some(timeout.saturating_sub(elapsed))
+}
+
+/// Whether a completed action's `waitFor` holds (or its timeout passed, or it has none).
+fn wait_for_holds(
+    inputs: &Inputs<'_>,
+    action: &ActionSpec,
+    key: &str,
+    left: Option<Duration>,
+    deletion: &mut Deletion,
+) -> Result<bool, PlanError> {
+    let id = action.id.value.as_str();
+    let Some(wait_for) = &action.wait_for else {
+        return Ok(true);
+    };
+    let created = inputs.ours.iter().find(|o| {
+        label(o, LABEL_ACTION) == Some(id)
+            && o.pointer("/metadata/annotations")
+                .and_then(|a| a.get(ANNOTATION_KEY))
+                .and_then(Value::as_str)
+                == Some(key)
+    });
+    let verdict = match created {
+        Some(object) => {
+            let context = context::build(
+                inputs.parent,
+                inputs.children,
+                &inputs.rule.name,
+                Some(("object", (*object).clone())),
+            );
+            let label = inputs.rule.inline_template(&format!("actions.{id}.waitFor"));
+            match inputs.renderer.eval_bool(&label, &wait_for.value, &context) {
+                Ok(true) => return Ok(true),
+                Ok(false) => format!("waitFor `{}` is false", wait_for.value),
+                Err(e) => format!("waitFor `{}` cannot be evaluated yet: {e}", wait_for.value),
+            }
+        }
+        None => "the object it created is not there".to_owned(),
+    };
+    let left = left.unwrap_or(DEFAULT_TIMEOUT);
+    if left.is_zero() {
+        deletion.timed_out.push(format!(
+            "action {id}: {verdict} and its timeout passed; the deletion goes on without it"
+        ));
+        return Ok(true);
+    }
+    deletion.waiting.push(format!(
+        "action {id}: {verdict}; giving up in {}s",
+        left.as_secs().max(1)
+    ));
+    let recheck = left.min(RECHECK).as_millis() as u64;
+    deletion.recheck_in_ms = Some(deletion.recheck_in_ms.map_or(recheck, |r| r.min(recheck)));
+    Ok(false)
+}
+
+/// The merge patch adding or removing our finalizer, under the parent's resourceVersion so that
+/// a concurrent change to the list (another controller's finalizer) is a conflict, not a loss.
+pub fn finalizer_patch(parent: &Value, step: FinalizerStep) -> Option<Value> {
+    let current: Vec<Value> = parent
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let ours = json!(FINALIZER);
+    let finalizers: Vec<Value> = match step {
+        FinalizerStep::Unchanged => return None,
+        FinalizerStep::Add if current.contains(&ours) => return None,
+        FinalizerStep::Add => current.into_iter().chain([ours]).collect(),
+        FinalizerStep::Remove if !current.contains(&ours) => return None,
+        FinalizerStep::Remove => current.into_iter().filter(|f| *f != ours).collect(),
+    };
+    let resource_version = parent
+        .pointer("/metadata/resourceVersion")
+        .cloned()
+        .unwrap_or(Value::Null);
+    Some(json!({"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finalizer_patches_keep_other_finalizers_and_pin_the_version() {
+        let parent = json!({"metadata": {"resourceVersion": "7", "finalizers": ["other.io/x"]}});
+        assert_eq!(
+            finalizer_patch(&parent, FinalizerStep::Add),
+            Some(json!({"metadata": {"resourceVersion": "7", "finalizers": ["other.io/x", FINALIZER]}}))
+        );
+        assert_eq!(finalizer_patch(&parent, FinalizerStep::Remove), None);
+        let ours = json!({"metadata": {"resourceVersion": "8", "finalizers": [FINALIZER, "other.io/x"]}});
+        assert_eq!(finalizer_patch(&ours, FinalizerStep::Add), None);
+        assert_eq!(
+            finalizer_patch(&ours, FinalizerStep::Remove),
+            Some(json!({"metadata": {"resourceVersion": "8", "finalizers": ["other.io/x"]}}))
+        );
+    }
+}

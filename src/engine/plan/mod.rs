@@ -1,0 +1,392 @@
+//! Planning: `plan(rule, parent, observed children) -> Plan`, a pure function of values.
+//!
+//! The plan holds everything one reconcile will do: the rendered children (with labels and a
+//! controller owner reference), the children to prune, each action's decision and reason, and
+//! the status patch (absent when status already holds). All or nothing: any render or
+//! validation error yields a [`PlanError`] and no plan, so no partial child set is ever applied.
+
+pub mod actions;
+pub mod builtin;
+pub mod children;
+pub mod context;
+pub mod deletion;
+pub mod foreach;
+pub mod lookups;
+pub mod names;
+pub mod observed;
+pub mod order;
+pub mod scope;
+pub mod status;
+pub mod status_eval;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::engine::rules::Rule;
+use crate::engine::rules::model::ActionTrigger;
+use crate::engine::template::{RenderError, Renderer};
+use actions::{ActionDecision, Scope};
+use children::{Declared, DesiredChild, ObjectRef, Placement};
+use context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
+use lookups::{LookupRead, LookupSource, NoLookups};
+use observed::Observed;
+use order::{Selected, Waiting};
+use status::{ConditionStatus, WantedCondition};
+
+/// The condition type the engine manages unless a rule defines it.
+pub const READY: &str = "Ready";
+
+/// Why no plan could be made for a parent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The parent object lacks something every plan needs (spec, uid, namespace).
+    #[error("invalid custom resource: {0}")]
+    InvalidParent(String),
+    /// A template or expression failed to render.
+    #[error("render failed: {0}")]
+    Render(#[from] RenderError),
+    /// A child would be written into a namespace the parent may not write to (confused deputy).
+    #[error(
+        "child {id:?} targets namespace {namespace:?}, which is not the parent's namespace {parent_namespace:?}, \
+         not a Namespace this parent owns, and not in spec.allowedNamespaces ({allowed})"
+    )]
+    NamespaceNotAllowed {
+        /// Child id.
+        id: String,
+        /// The namespace the child rendered.
+        namespace: String,
+        /// The parent's namespace.
+        parent_namespace: String,
+        /// The rule's allowed namespaces, for the message.
+        allowed: String,
+    },
+    /// A child rendered, but not as the one object its rule declares.
+    #[error("child {id:?} ({template}): {message}")]
+    InvalidChild {
+        /// Child or action id.
+        id: String,
+        /// Template name.
+        template: String,
+        /// What is wrong with the rendered object.
+        message: String,
+    },
+    /// A `forEach` gave items that cannot become objects (duplicate or missing keys, too many).
+    #[error("child {id:?} (forEach at {at}): {message}")]
+    ForEach {
+        /// Child id.
+        id: String,
+        /// Where the `forEach` is written (file:line:col).
+        at: String,
+        /// What is wrong with the items.
+        message: String,
+    },
+}
+
+impl PlanError {
+    /// A CamelCase reason for conditions, Events and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PlanError::InvalidParent(_) => "InvalidParent",
+            PlanError::Render(_) => "RenderFailed",
+            PlanError::InvalidChild { .. } => "InvalidChild",
+            PlanError::NamespaceNotAllowed { .. } => "NamespaceNotAllowed",
+            PlanError::ForEach { .. } => "InvalidForEach",
+        }
+    }
+}
+
+/// Everything one reconcile of one parent will do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Desired children, in rule order.
+    pub children: Vec<DesiredChild>,
+    /// Observed children of this parent that are no longer desired.
+    pub prune: Vec<ObjectRef>,
+    /// Desired children held back by `dependsOn` (not applied, not pruned).
+    pub waiting: Vec<Waiting>,
+    /// What each lookup read.
+    pub lookups: Vec<LookupRead>,
+    /// One decision per action, in rule order.
+    pub actions: Vec<ActionDecision>,
+    /// What happens to the parent's `ruleop.io/cleanup` finalizer.
+    pub finalizer: deletion::FinalizerStep,
+    /// The deletion in progress, when the parent is being deleted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletion: Option<deletion::Deletion>,
+    /// The status merge patch, or `None` when the status already holds.
+    pub status_patch: Option<Value>,
+    /// What the status should hold, to merge into a later write (after actions changed it).
+    #[serde(skip)]
+    pub status: DesiredStatus,
+    /// Status fields and conditions whose evaluation failed (located in the rule file); the
+    /// children are planned regardless.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub status_problems: Vec<String>,
+}
+
+/// The status fields and conditions a plan wants, independent of the status it was planned on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DesiredStatus {
+    /// `metadata.generation` the status reports as observed.
+    pub generation: i64,
+    /// Rule fields (`null` removes one).
+    pub fields: Map<String, Value>,
+    /// Conditions this plan sets.
+    pub conditions: Vec<WantedCondition>,
+}
+
+impl DesiredStatus {
+    /// The merge patch taking `parent`'s status to this one, plus `extra` conditions; `None`
+    /// if it already holds.
+    pub fn patch_against(&self, parent: &Value, extra: &[WantedCondition], now: &str) -> Option<Value> {
+        let wanted: Vec<WantedCondition> = self.conditions.iter().chain(extra).cloned().collect();
+        status_patch(parent, self.generation, self.fields.clone(), &wanted, now)
+    }
+}
+
+impl Plan {
+    /// The soonest time an action waiting out a retry backoff may run again, or a deletion
+    /// waiting on `waitFor` should look again.
+    pub fn next_retry(&self) -> Option<std::time::Duration> {
+        self.actions
+            .iter()
+            .filter_map(|a| a.retry_in_ms)
+            .chain(self.deletion.as_ref().and_then(|d| d.recheck_in_ms))
+            .min()
+            .map(std::time::Duration::from_millis)
+    }
+}
+
+/// Computes the plan for one parent of a rule without lookups (every lookup is `none`).
+/// `observed` holds the live objects of the rule's child kinds carrying this parent's UID
+/// label; `now` (RFC 3339) stamps changed conditions.
+pub fn plan(
+    renderer: &Renderer,
+    rule: &Rule,
+    parent: &Value,
+    observed: &[Value],
+    now: &str,
+) -> Result<Plan, PlanError> {
+    plan_with(renderer, rule, parent, observed, &NoLookups, now)
+}
+
+/// Computes the plan for one parent, reading looked-up objects from `lookups`.
+pub fn plan_with(
+    renderer: &Renderer,
+    rule: &Rule,
+    parent: &Value,
+    observed: &[Value],
+    lookups: &dyn LookupSource,
+    now: &str,
+) -> Result<Plan, PlanError> {
+    let parent_ref = ParentRef::read(parent)?;
+    let ours: Vec<&Value> = observed
+        .iter()
+        .filter(|o| is_child_of(o, &rule.name, &parent_ref.uid))
+        .collect();
+    let grouped = Observed::group(rule, &ours);
+    let by_id = grouped.singles();
+    let parent_context = context::build(parent, &BTreeMap::new(), &rule.name, None);
+    let (lookups_read, looked_up) = lookups::resolve(renderer, rule, &parent_ref, &parent_context, lookups)?;
+    let mut entries = Map::new();
+    entries.insert("children".to_owned(), grouped.to_context());
+    entries.insert("lookups".to_owned(), looked_up);
+    let base = context::extend(&parent_context, entries);
+    if deletion::is_deleting(parent) {
+        let inputs = deletion::Inputs {
+            renderer,
+            rule,
+            parent,
+            parent_ref: &parent_ref,
+            ours: &ours,
+            children: &by_id,
+            context: &base,
+            now,
+        };
+        return deletion::plan(&inputs);
+    }
+
+    // `when` and `forEach` see everything but `ready`, which depends on what they select.
+    let mut selected = Vec::new();
+    for child in &rule.spec.children {
+        if let Some(when) = &child.when {
+            let label = rule.inline_template(&format!("children.{}.when", child.id.value));
+            let holds = renderer
+                .eval_bool(&label, &when.value, &base)
+                .map_err(|e| status_eval::relocate(rule, when, e))?;
+            if !holds {
+                continue;
+            }
+        }
+        let items = match &child.for_each {
+            Some(for_each) => Some(foreach::items(renderer, rule, child, for_each, &base)?),
+            None => None,
+        };
+        selected.push(Selected { child, items });
+    }
+    let readiness = order::readiness(renderer, rule, &selected, &grouped, &base);
+    let mut entries = Map::new();
+    entries.insert("ready".to_owned(), order::ready_context(&readiness));
+    let context = context::extend(&base, entries);
+
+    let mut desired = Vec::new();
+    let mut waiting = Vec::new();
+    for Selected { child, items } in &selected {
+        if let Some(wait) = order::waits_for(child, &readiness) {
+            waiting.push(wait);
+            continue;
+        }
+        let declared = Declared {
+            id: &child.id.value,
+            api_version: &child.api_version,
+            kind: &child.kind,
+            template: &child.template.value,
+            placement: Placement::Child {
+                cluster_scoped: rule.is_cluster_scoped(&child.api_version, &child.kind),
+            },
+        };
+        let render = |context: &minijinja::Value| {
+            children::desired_child(
+                renderer,
+                &declared,
+                child.on_immutable_change,
+                &parent_ref,
+                &rule.name,
+                context,
+            )
+        };
+        let Some(items) = items else {
+            desired.push(render(&context)?);
+            continue;
+        };
+        let mut targets: BTreeMap<ObjectRef, &str> = BTreeMap::new();
+        for item in items {
+            let mut rendered = render(&foreach::item_context(&context, item))?;
+            foreach::mark(&mut rendered.object, &item.key);
+            if let Some(other) = targets.insert(rendered.target.clone(), &item.key) {
+                return Err(PlanError::InvalidChild {
+                    id: child.id.value.clone(),
+                    template: child.template.value.clone(),
+                    message: format!(
+                        "items {:?} and {:?} both render {}; make the name depend on item_key",
+                        order::shown_key(other),
+                        order::shown_key(&item.key),
+                        rendered.target
+                    ),
+                });
+            }
+            desired.push(rendered);
+        }
+    }
+    let (desired, held_by_namespace) = scope::guard(rule, &parent_ref, desired, &ours)?;
+    waiting.extend(held_by_namespace);
+    let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
+    // A child waiting for its dependencies keeps what it has: never prune because of an order.
+    let held: BTreeSet<&str> = waiting.iter().map(|w| w.id.as_str()).collect();
+    let prune = ours
+        .iter()
+        .filter(|o| label(o, LABEL_CHILD).is_some_and(|id| !held.contains(id)))
+        .filter_map(|o| ObjectRef::of(o))
+        .filter(|target| !wanted.contains(target))
+        .collect();
+
+    let scope = Scope {
+        now,
+        parent,
+        parent_ref: &parent_ref,
+        children: &by_id,
+        context: &context,
+    };
+    let actions = rule
+        .spec
+        .actions
+        .iter()
+        .filter(|action| action.on == ActionTrigger::Reconcile)
+        .map(|action| actions::decide(renderer, rule, action, &scope))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    // Status is evaluated apart from children: a failing status expression costs only its
+    // own field or condition (Unknown), never the children it reports on.
+    let evaluated = status_eval::evaluate(renderer, rule, &grouped, &context);
+    let managed = evaluated.fields;
+    let mut wanted_conditions = evaluated.conditions;
+    if !wanted_conditions.iter().any(|c| c.type_ == READY) {
+        wanted_conditions.push(order::default_ready(
+            rule,
+            &selected,
+            &readiness,
+            &waiting,
+            desired.len(),
+        ));
+    }
+    let status = DesiredStatus {
+        generation: parent_ref.generation,
+        fields: managed,
+        conditions: wanted_conditions,
+    };
+    let status_patch = status.patch_against(parent, &[], now);
+    Ok(Plan {
+        children: desired,
+        prune,
+        waiting,
+        lookups: lookups_read,
+        actions,
+        finalizer: deletion::finalizer_step(renderer, rule, parent, &context)?,
+        deletion: None,
+        status_patch,
+        status,
+        status_problems: evaluated.problems,
+    })
+}
+
+/// The status patch reporting a failed reconcile: `Ready=False` with a reason and message, or
+/// `None` if the status already says so.
+/// Other managed fields are left as they were (nothing was applied).
+pub fn failure_status_patch(parent: &Value, reason: &str, message: &str, now: &str) -> Option<Value> {
+    let generation = parent
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let wanted = [WantedCondition {
+        type_: READY.to_owned(),
+        status: ConditionStatus::False,
+        reason: reason.to_owned(),
+        message: crate::engine::diagnostic::bounded(message, crate::engine::diagnostic::MESSAGE_LIMIT).into_owned(),
+    }];
+    status_patch(parent, generation, Map::new(), &wanted, now)
+}
+
+/// The merge patch setting `managed` fields, observedGeneration and the wanted conditions
+/// (merged into the current ones), or `None` if the status already holds them.
+fn status_patch(
+    parent: &Value,
+    generation: i64,
+    mut managed: Map<String, Value>,
+    wanted: &[WantedCondition],
+    now: &str,
+) -> Option<Value> {
+    let current = parent.get("status").cloned().unwrap_or_else(|| json!({}));
+    let conditions = current
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    managed.insert("observedGeneration".to_owned(), json!(generation));
+    managed.insert(
+        "conditions".to_owned(),
+        json!(status::merge_conditions(&conditions, wanted, generation, now)),
+    );
+    status::patch(&current, managed)
+}
+
+pub(crate) fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object.pointer("/metadata/labels")?.get(key)?.as_str()
+}
+
+/// Whether an observed object carries this rule's labels for this parent.
+pub fn is_child_of(object: &Value, rule: &str, parent_uid: &str) -> bool {
+    label(object, LABEL_RULE) == Some(rule) && label(object, LABEL_PARENT_UID) == Some(parent_uid)
+}

@@ -1,0 +1,161 @@
+//! Where children may live: cluster-scoped and cross-namespace children, owned by labels, and
+//! the confused-deputy guard that keeps a parent from aiming writes at a namespace it does not own.
+//!
+//! A child outside its parent's namespace cannot carry an ownerReference to a namespaced parent
+//! (the garbage collector would treat it as dangling), so it is owned by labels (`ruleop.io/rule`,
+//! `ruleop.io/parent-uid`) plus the `ruleop.io/parent` annotation that maps its watch events
+//! back to the parent, and deleted through the parent's finalizer.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value, json};
+
+use super::PlanError;
+use super::children::{DesiredChild, ObjectRef, Placement};
+use super::context::ParentRef;
+use super::order::Waiting;
+use crate::engine::rules::Rule;
+
+/// Annotation on label-owned children: `<namespace>/<name>` of the parent, so a watch event on
+/// the child (which has no ownerReference) re-reconciles the right parent.
+pub const ANNOTATION_PARENT: &str = "ruleop.io/parent";
+
+/// How the parent owns a rendered object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// A controller ownerReference: the garbage collector deletes it with the parent.
+    Controller,
+    /// Labels only: the engine deletes it while the parent's finalizer holds the deletion.
+    Labels,
+}
+
+/// Settles the rendered object's namespace: a cluster-scoped kind has none, a namespaced
+/// object without one gets the parent's. Says how the parent will own it.
+pub fn place(metadata: &mut Map<String, Value>, placement: Placement, parent: &ParentRef) -> Result<Ownership, String> {
+    let rendered = metadata.get("namespace").and_then(Value::as_str).map(str::to_owned);
+    match (placement, rendered) {
+        (Placement::Child { cluster_scoped: true }, None) => Ok(Ownership::Labels),
+        (Placement::Child { cluster_scoped: true }, Some(ns)) => Err(format!(
+            "rendered namespace {ns:?} for a cluster-scoped kind; remove metadata.namespace"
+        )),
+        (_, None) => {
+            metadata.insert("namespace".to_owned(), json!(parent.namespace));
+            Ok(Ownership::Controller)
+        }
+        (_, Some(ns)) if ns == parent.namespace => Ok(Ownership::Controller),
+        (Placement::Child { .. }, Some(_)) => Ok(Ownership::Labels),
+        (Placement::ParentNamespace, Some(ns)) => Err(format!(
+            "rendered namespace {ns:?}; objects created by actions stay in the parent's namespace {:?}",
+            parent.namespace
+        )),
+    }
+}
+
+/// Whether an object is owned by labels (outside the parent's namespace, or cluster-scoped).
+pub fn is_label_owned(object: &Value, parent_namespace: &str) -> bool {
+    object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .is_none_or(|ns| ns.is_empty() || ns != parent_namespace)
+}
+
+/// The confused-deputy guard. A child's namespace must be the parent's, one in the rule's
+/// `spec.allowedNamespaces`, or a Namespace this parent owns as a child: desired in this plan
+/// *and* observed carrying this parent's labels (so a parent cannot claim an existing namespace
+/// by rendering a Namespace child of that name: ruleop never adopts one, see `apply`). Children
+/// into a desired Namespace not observed yet wait for it (like a `dependsOn`: not applied, not
+/// pruned). Anything else fails the whole plan.
+pub fn guard(
+    rule: &Rule,
+    parent: &ParentRef,
+    desired: Vec<DesiredChild>,
+    ours: &[&Value],
+) -> Result<(Vec<DesiredChild>, Vec<Waiting>), PlanError> {
+    let is_namespace = |api_version: &str, kind: &str| api_version == "v1" && kind == "Namespace";
+    // Namespace name -> id of the child that renders it.
+    let namespaces: BTreeMap<String, String> = desired
+        .iter()
+        .filter(|c| is_namespace(&c.target.api_version, &c.target.kind))
+        .map(|c| (c.target.name.clone(), c.id.clone()))
+        .collect();
+    let observed: BTreeSet<String> = ours
+        .iter()
+        .filter_map(|o| ObjectRef::of(o))
+        .filter(|o| is_namespace(&o.api_version, &o.kind) && namespaces.contains_key(&o.name))
+        .map(|o| o.name)
+        .collect();
+    let mut applied = Vec::with_capacity(desired.len());
+    let mut waiting = Vec::new();
+    for child in desired {
+        let ns = child.target.namespace.as_str();
+        if ns.is_empty()
+            || ns == parent.namespace
+            || rule.spec.allowed_namespaces.iter().any(|a| a == ns)
+            || observed.contains(ns)
+        {
+            applied.push(child);
+        } else if let Some(owner) = namespaces.get(ns) {
+            if !waiting.iter().any(|w: &Waiting| w.id == child.id) {
+                waiting.push(Waiting {
+                    id: child.id.clone(),
+                    on: owner.clone(),
+                    reason: format!("Namespace {ns} (a child of this parent) does not exist yet"),
+                });
+            }
+        } else {
+            return Err(PlanError::NamespaceNotAllowed {
+                id: child.id,
+                namespace: ns.to_owned(),
+                parent_namespace: parent.namespace.clone(),
+                allowed: if rule.spec.allowed_namespaces.is_empty() {
+                    "none".to_owned()
+                } else {
+                    rule.spec.allowed_namespaces.join(", ")
+                },
+            });
+        }
+    }
+    Ok((applied, waiting))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parent() -> ParentRef {
+        ParentRef {
+            api_version: "myorg.io/v1".into(),
+            kind: "Tenant".into(),
+            namespace: "platform".into(),
+            name: "acme".into(),
+            uid: "u1".into(),
+            generation: 1,
+        }
+    }
+
+    #[test]
+    fn namespaced_objects_default_to_the_parent_namespace_and_are_owner_referenced() {
+        let mut meta = Map::new();
+        let child = Placement::Child { cluster_scoped: false };
+        assert_eq!(place(&mut meta, child, &parent()), Ok(Ownership::Controller));
+        assert_eq!(meta["namespace"], "platform");
+        let mut meta = json!({"namespace": "acme"}).as_object().cloned().unwrap_or_default();
+        assert_eq!(place(&mut meta, child, &parent()), Ok(Ownership::Labels));
+    }
+
+    #[test]
+    fn cluster_scoped_objects_have_no_namespace() {
+        let cluster = Placement::Child { cluster_scoped: true };
+        let mut meta = Map::new();
+        assert_eq!(place(&mut meta, cluster, &parent()), Ok(Ownership::Labels));
+        assert!(!meta.contains_key("namespace"));
+        let mut meta = json!({"namespace": "x"}).as_object().cloned().unwrap_or_default();
+        assert!(place(&mut meta, cluster, &parent()).is_err());
+    }
+
+    #[test]
+    fn action_objects_stay_in_the_parent_namespace() {
+        let mut meta = json!({"namespace": "x"}).as_object().cloned().unwrap_or_default();
+        assert!(place(&mut meta, Placement::ParentNamespace, &parent()).is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! Status fields and conditions, evaluated apart from children: a failing status expression
+//! costs only its own field or condition, never the children it reports on.
+//!
+//! A natural condition such as `children.deployment.status.availableReplicas >= spec.replicas`
+//! is undefined until the Deployment exists; if it failed the whole plan, the Deployment would
+//! never be created. So a condition whose expression fails becomes `Unknown` with reason
+//! [`EXPRESSION_FAILED`] and a message pointing at the rule file's line, and a field that fails
+//! keeps its current value. Both are listed as problems for `ruleop render` and the log.
+
+use serde_json::{Map, Value, json};
+
+use super::observed::Observed;
+use super::status::{ConditionStatus, WantedCondition};
+use crate::engine::rules::Rule;
+use crate::engine::rules::model::{ConditionSpec, FieldSource, Located};
+use crate::engine::template::{RenderError, Renderer};
+
+/// The reason of a condition whose expression (or reason or message template) failed.
+pub const EXPRESSION_FAILED: &str = "ExpressionFailed";
+
+/// The status a rule asks for, as far as it could be evaluated.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EvaluatedStatus {
+    /// Fields that evaluated (`null` removes one); failed fields are absent, so they keep
+    /// whatever the status holds.
+    pub fields: Map<String, Value>,
+    /// Every condition the rule defines, `Unknown` where evaluation failed.
+    pub conditions: Vec<WantedCondition>,
+    /// What failed, each with the rule file's location.
+    pub problems: Vec<String>,
+}
+
+/// Evaluates the rule's status fields and conditions against the context of one plan.
+pub fn evaluate(
+    renderer: &Renderer,
+    rule: &Rule,
+    children: &Observed<'_>,
+    context: &minijinja::Value,
+) -> EvaluatedStatus {
+    let mut evaluated = EvaluatedStatus::default();
+    for (field, source) in &rule.spec.status.fields {
+        let path = format!("status.fields.{field}");
+        let value = match &source.value {
+            FieldSource::Template(_) => match renderer.render_text(&rule.inline_template(&path), context) {
+                Ok(text) => json!(text),
+                Err(e) => {
+                    let at = located(rule, source, &e);
+                    evaluated.problems.push(format!(
+                        "{at}: {path}: {}; the field keeps its current value",
+                        e.message
+                    ));
+                    continue;
+                }
+            },
+            FieldSource::FromChild(from) => children
+                .value(&from.child)
+                .and_then(|child| first_match(&child, &from.json_path))
+                .unwrap_or(Value::Null),
+        };
+        evaluated.fields.insert(field.clone(), value);
+    }
+    for condition in &rule.spec.status.conditions {
+        match evaluate_condition(renderer, rule, condition, context) {
+            Ok(wanted) => evaluated.conditions.push(wanted),
+            Err(failure) => {
+                evaluated.problems.push(failure.clone());
+                evaluated.conditions.push(WantedCondition {
+                    type_: condition.type_.clone(),
+                    status: ConditionStatus::Unknown,
+                    reason: EXPRESSION_FAILED.to_owned(),
+                    message: failure,
+                });
+            }
+        }
+    }
+    evaluated
+}
+
+/// One condition: `when` decides True or False, then its reason and message render. Any
+/// failure is returned as a message located in the rule file.
+fn evaluate_condition(
+    renderer: &Renderer,
+    rule: &Rule,
+    condition: &ConditionSpec,
+    context: &minijinja::Value,
+) -> Result<WantedCondition, String> {
+    let type_ = &condition.type_;
+    let failed =
+        |what: &str, at: String, e: &RenderError| format!("{at}: status.conditions[{type_}].{what}: {}", e.message);
+    let when = &condition.when;
+    let label = rule.inline_template(&format!("status.conditions.{type_}.when"));
+    let holds = renderer
+        .eval_bool(&label, &when.value, context)
+        .map_err(|e| failed("when", located(rule, when, &e), &e))?;
+    let text = |what: &str, given: &Option<Located<String>>, default: &str| -> Result<String, String> {
+        match given {
+            Some(source) => renderer
+                .render_text(
+                    &rule.inline_template(&format!("status.conditions.{type_}.{what}")),
+                    context,
+                )
+                .map_err(|e| failed(what, located(rule, source, &e), &e)),
+            None => Ok(default.to_owned()),
+        }
+    };
+    let reason = if holds {
+        text("reason", &condition.reason, "AsExpected")?
+    } else {
+        text("falseReason", &condition.false_reason, "NotYet")?
+    };
+    Ok(WantedCondition {
+        type_: type_.clone(),
+        status: holds.into(),
+        reason,
+        message: text("message", &condition.message, "")?,
+    })
+}
+
+/// Where in the rule file a failed inline template or expression is: the line of its value
+/// plus the line within it, so the message points at the file people edit, not at the
+/// internal `<rule>#<field path>` template name.
+pub fn located<T>(rule: &Rule, source: &Located<T>, error: &RenderError) -> String {
+    let start = &source.referenced;
+    let within = error.line.unwrap_or(1).max(1) as u64 - 1;
+    if within == 0 && start.column() > 0 {
+        format!("{}:{}:{}", rule.file.display(), start.line(), start.column())
+    } else {
+        format!("{}:{}", rule.file.display(), start.line() + within)
+    }
+}
+
+/// A render error of an inline template or expression, relocated to the rule file's line.
+pub fn relocate<T>(rule: &Rule, source: &Located<T>, error: RenderError) -> RenderError {
+    let at = located(rule, source, &error);
+    RenderError {
+        template: Some(at),
+        line: None,
+        message: error.message,
+    }
+}
+
+/// The first value `path` (RFC 9535 JSONPath) selects in `object`, as a status field reads it;
+/// `None` when nothing matches or the path does not parse.
+pub fn first_match(object: &Value, path: &str) -> Option<Value> {
+    jsonpath_rust::query::js_path_vals(path, object)
+        .ok()?
+        .first()
+        .map(|v| (*v).clone())
+}

@@ -1,0 +1,145 @@
+//! `ruleop rbac`: the minimal ClusterRole the rules need, derived from the kinds they declare.
+//!
+//! Watched kinds: get/list/watch, and patch on their status; patch on the parent itself when
+//! the rule needs the `ruleop.io/cleanup` finalizer (label-owned children or `on: delete`
+//! actions). Child kinds (cluster-scoped ones too): get/list/watch (the caches), create/patch
+//! (server-side apply) and delete (prune and cleanup). Kinds created by actions: create, plus
+//! get/list for `on: delete` actions (their `waitFor` reads the object). Looked-up kinds:
+//! get/list/watch (read only). Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
+//! CRD files for custom kinds, so the role is computed offline.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::engine::plan::builtin;
+use crate::engine::rules::RuleSet;
+use crate::engine::rules::model::ActionTrigger;
+use crate::engine::yaml;
+
+/// Name of the generated ClusterRole.
+pub const CLUSTER_ROLE: &str = "ruleop";
+
+/// Custom kinds' plurals read from CRD manifests: (group, kind) -> plural.
+pub fn crd_plurals(dir: &Path) -> Result<BTreeMap<(String, String), String>, String> {
+    let mut plurals = BTreeMap::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        .collect();
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let docs =
+            yaml::documents(&text).map_err(|e| format!("{}:{}: {}", path.display(), e.line.unwrap_or(0), e.message))?;
+        for doc in docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition") {
+            let text = |p: &str| doc.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+            plurals.insert(
+                (text("/spec/group"), text("/spec/names/kind")),
+                text("/spec/names/plural"),
+            );
+        }
+    }
+    Ok(plurals)
+}
+
+/// The ClusterRole for `set`, as a JSON value.
+pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) -> Result<Value, String> {
+    let mut verbs: BTreeMap<(String, String), BTreeSet<&str>> = BTreeMap::new();
+    let mut grant = |api_version: &str, kind: &str, suffix: &str, add: &[&'static str]| -> Result<(), String> {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g).to_owned();
+        let plural = builtin::plural(api_version, kind)
+            .map(str::to_owned)
+            .or_else(|| crds.get(&(group.clone(), kind.to_owned())).cloned())
+            .ok_or_else(|| format!("no plural known for {api_version} {kind}: pass its CRD with --crds"))?;
+        verbs
+            .entry((group, format!("{plural}{suffix}")))
+            .or_default()
+            .extend(add);
+        Ok(())
+    };
+    for rule in &set.rules {
+        let watch = &rule.spec.watch;
+        grant(&watch.api_version, &watch.kind, "", &["get", "list", "watch"])?;
+        grant(&watch.api_version, &watch.kind, "/status", &["get", "patch"])?;
+        for child in &rule.spec.children {
+            grant(
+                &child.api_version,
+                &child.kind,
+                "",
+                &["get", "list", "watch", "create", "patch", "delete"],
+            )?;
+        }
+        if rule.needs_finalizer() {
+            // The `ruleop.io/cleanup` finalizer is a merge patch on the parent itself.
+            grant(&watch.api_version, &watch.kind, "", &["patch"])?;
+        }
+        for lookup in &rule.spec.lookups {
+            grant(&lookup.api_version, &lookup.kind, "", &["get", "list", "watch"])?;
+        }
+        for action in &rule.spec.actions {
+            let Some(create) = &action.create else { continue };
+            grant(&create.api_version, &create.kind, "", &["create"])?;
+            if action.on == ActionTrigger::Delete {
+                // A deleting parent's objects are listed fresh, `waitFor` reads the created one.
+                grant(&create.api_version, &create.kind, "", &["get", "list"])?;
+            }
+        }
+    }
+    verbs
+        .entry(("events.k8s.io".to_owned(), "events".to_owned()))
+        .or_default()
+        .extend(["create", "patch"]);
+    let mut by_group: BTreeMap<(String, Vec<&str>), Vec<String>> = BTreeMap::new();
+    for ((group, resource), verbs) in verbs {
+        by_group
+            .entry((group, verbs.into_iter().collect()))
+            .or_default()
+            .push(resource);
+    }
+    let rules: Vec<Value> = by_group
+        .into_iter()
+        .map(|((group, verbs), resources)| json!({"apiGroups": [group], "resources": resources, "verbs": verbs}))
+        .collect();
+    Ok(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": CLUSTER_ROLE, "labels": {"app.kubernetes.io/name": "ruleop"}},
+        "rules": rules,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::engine::rules::load::load;
+
+    #[test]
+    fn looked_up_kinds_are_granted_read_verbs_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (rules, templates) = (dir.path().join("rules"), dir.path().join("templates"));
+        std::fs::create_dir_all(&rules).expect("mkdir");
+        std::fs::create_dir_all(&templates).expect("mkdir");
+        std::fs::write(
+            rules.join("app.yaml"),
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: app}\nspec:\n  watch: {apiVersion: example.com/v1, kind: App}\n  lookups:\n    - {id: defaults, apiVersion: v1, kind: ConfigMap, name: platform-defaults, namespace: platform}\n    - {id: token, apiVersion: v1, kind: Secret, name: \"{{ metadata.name }}-token\"}\n",
+        )
+        .expect("write rule");
+        let set = load(&rules, &templates).expect("valid rules");
+        let crds = BTreeMap::from([(("example.com".to_owned(), "App".to_owned()), "apps".to_owned())]);
+        let role = cluster_role(&set, &crds).expect("role");
+        let read_only = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .find(|r| r["apiGroups"] == json!([""]))
+            .expect("core group rule");
+        assert_eq!(read_only["resources"], json!(["configmaps", "secrets"]));
+        assert_eq!(read_only["verbs"], json!(["get", "list", "watch"]));
+    }
+}

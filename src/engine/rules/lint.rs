@@ -1,0 +1,235 @@
+//! Warnings for rules that load but are likely to fail at run time: `ruleop check` prints them.
+//!
+//! The one found here: reading into `children.<id>` (`children.db.status.x`) in a `when` or
+//! status expression. Until that child exists the access is undefined, which strict mode makes
+//! an error: a child's `when` then fails the whole plan, and a status condition turns `Unknown`.
+//! `children | dig("db.status.x", default)` or a `children.db is defined` guard is safe.
+
+use std::path::Path;
+
+use crate::engine::diagnostic::SourceLocation;
+use crate::engine::rules::model::{FieldSource, Located};
+use crate::engine::rules::{Rule, RuleSet};
+
+/// One warning line per unguarded access, with its rule file location and a hint.
+pub fn warnings(set: &RuleSet) -> Vec<String> {
+    let mut out = Vec::new();
+    for rule in &set.rules {
+        rule_warnings(rule, &mut out);
+    }
+    out
+}
+
+fn rule_warnings(rule: &Rule, out: &mut Vec<String>) {
+    let file = rule.file.as_path();
+    let spec = &rule.spec;
+    for child in &spec.children {
+        if let Some(when) = &child.when {
+            let what = format!("children[{}].when", child.id.value);
+            warn_expression(file, when, &what, Kind::Expression, out);
+        }
+    }
+    for action in &spec.actions {
+        if let Some(when) = &action.when {
+            let what = format!("actions[{}].when", action.id.value);
+            warn_expression(file, when, &what, Kind::Expression, out);
+        }
+    }
+    for (field, source) in &spec.status.fields {
+        if let FieldSource::Template(text) = &source.value {
+            let located = Located::new(text.clone(), source.referenced, source.defined);
+            warn_expression(file, &located, &format!("status.fields.{field}"), Kind::Template, out);
+        }
+    }
+    for condition in &spec.status.conditions {
+        let type_ = &condition.type_;
+        warn_expression(
+            file,
+            &condition.when,
+            &format!("status.conditions[{type_}].when"),
+            Kind::Expression,
+            out,
+        );
+        for (what, text) in [
+            ("reason", &condition.reason),
+            ("falseReason", &condition.false_reason),
+            ("message", &condition.message),
+        ] {
+            if let Some(text) = text {
+                let label = format!("status.conditions[{type_}].{what}");
+                warn_expression(file, text, &label, Kind::Template, out);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A bare Jinja expression (`when`).
+    Expression,
+    /// A template string: only the code inside `{{ }}` and `{% %}` counts.
+    Template,
+}
+
+fn warn_expression(file: &Path, source: &Located<String>, what: &str, kind: Kind, out: &mut Vec<String>) {
+    let code = match kind {
+        Kind::Expression => source.value.clone(),
+        Kind::Template => template_code(&source.value),
+    };
+    let location = SourceLocation::from_span(file, &source.referenced);
+    for access in unguarded_accesses(&code) {
+        out.push(format!(
+            "{location}: warning: {what}: `children.{}` is undefined until child {:?} exists, which fails this expression\n  hint: write `children | dig(\"{}\", <default>)`, or guard it with `children.{} is defined and ...`",
+            access.path, access.id, access.path, access.id
+        ));
+    }
+}
+
+/// The code parts of a template (inside `{{ }}` and `{% %}`), blank elsewhere.
+fn template_code(text: &str) -> String {
+    let mut code = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(['{']) {
+        let after = &rest[start..];
+        let close = if after.starts_with("{{") {
+            "}}"
+        } else if after.starts_with("{%") {
+            "%}"
+        } else {
+            rest = &rest[start + 1..];
+            continue;
+        };
+        let body = &after[2..];
+        let end = body.find(close).unwrap_or(body.len());
+        code.push_str(&body[..end]);
+        code.push(' ');
+        rest = body.get(end + 2..).unwrap_or_default();
+    }
+    code
+}
+
+/// A read into a child: `children.<id>.<more>` with `path` = `<id>.<more>`.
+#[derive(Debug, PartialEq, Eq)]
+struct Access {
+    id: String,
+    path: String,
+}
+
+/// Every `children.<id>.…` / `children.<id>[…]` read whose id the code does not guard with
+/// `children.<id> is defined` or `'<id>' in children`. String literals are skipped.
+fn unguarded_accesses(code: &str) -> Vec<Access> {
+    let bare = without_strings(code);
+    let mut found: Vec<Access> = Vec::new();
+    let bytes = bare.as_bytes();
+    let mut from = 0;
+    while let Some(pos) = bare[from..].find("children.") {
+        let at = from + pos;
+        from = at + "children.".len();
+        if at > 0 && (is_ident(bytes[at - 1]) || bytes[at - 1] == b'.') {
+            continue;
+        }
+        let chain_end = bare[from..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
+            .map_or(bare.len(), |i| from + i);
+        let chain = bare[from..chain_end].trim_end_matches('.');
+        let (id, more) = chain.split_once('.').unwrap_or((chain, ""));
+        let indexed = bare[chain_end..].starts_with('[');
+        // `children.<id>.items()`: a method of a forEach child's map, which always exists.
+        let method_call = !more.is_empty() && !more.contains('.') && bare[chain_end..].starts_with('(');
+        if id.is_empty() || (more.is_empty() && !indexed) || method_call {
+            continue;
+        }
+        if is_guarded(&bare, code, id) || found.iter().any(|a| a.path == chain) {
+            continue;
+        }
+        found.push(Access {
+            id: id.to_owned(),
+            path: if more.is_empty() {
+                id.to_owned()
+            } else {
+                chain.to_owned()
+            },
+        });
+    }
+    found
+}
+
+fn is_guarded(bare: &str, code: &str, id: &str) -> bool {
+    let squeezed: String = bare.split_whitespace().collect::<Vec<_>>().join(" ");
+    squeezed.contains(&format!("children.{id} is defined"))
+        || squeezed.contains(&format!("children.{id} is not undefined"))
+        || code.contains(&format!("'{id}' in children"))
+        || code.contains(&format!("\"{id}\" in children"))
+}
+
+fn is_ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// `code` with the contents of string literals blanked out (same length).
+fn without_strings(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in code.chars() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                    out.push(c);
+                    continue;
+                }
+                out.extend(std::iter::repeat_n(' ', c.len_utf8()));
+            }
+            None => {
+                if c == '\'' || c == '"' {
+                    quote = Some(c);
+                }
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(code: &str) -> Vec<String> {
+        unguarded_accesses(code).into_iter().map(|a| a.path).collect()
+    }
+
+    #[test]
+    fn a_read_into_a_child_is_found() {
+        assert_eq!(
+            paths("(children.deployment.status.availableReplicas | default(0)) >= spec.replicas"),
+            ["deployment.status.availableReplicas"]
+        );
+        assert_eq!(paths("children.db['status']"), ["db"]);
+    }
+
+    #[test]
+    fn guarded_and_safe_reads_are_not() {
+        assert!(paths("children.db is defined and children.db.status.ready").is_empty());
+        assert!(paths("'db' in children and children.db.status.ready").is_empty());
+        assert!(paths("children | dig('db.status.ready', false)").is_empty());
+        assert!(paths("children.db is defined").is_empty());
+        assert!(paths("object.children.db.x").is_empty());
+        assert!(paths("'children.db.x' == spec.name").is_empty());
+        assert!(paths("children.shards.items() | length > 0").is_empty());
+    }
+
+    #[test]
+    fn only_template_code_counts() {
+        assert_eq!(template_code("children.x.y {{ a }} b {% if c %}d"), " a   if c  ");
+        assert_eq!(
+            paths(&template_code("{{ children.sts.status.readyReplicas }} ready")),
+            ["sts.status.readyReplicas"]
+        );
+    }
+}

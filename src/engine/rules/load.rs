@@ -1,0 +1,691 @@
+//! Loading: a rules directory and a templates directory -> a validated [`RuleSet`], or every
+//! problem found, each with its file:line:col and what to do.
+//!
+//! Directories are walked recursively, following symlinks and skipping dot entries, so a
+//! mounted ConfigMap (files linked through `..data`) reads like a plain folder.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::model::{
+    ActionSpec, ActionTrigger, ChildSpec, FieldSource, Located, LookupSpec, RULE_API_VERSION, RULE_KIND, RuleDocument,
+    RuleSpec,
+};
+use super::{Rule, RuleSet, inline_template_name};
+use crate::engine::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
+use crate::engine::duration;
+use crate::engine::template::{CompileError, Renderer};
+use crate::engine::yaml;
+
+/// Loads and validates every rule and template. All-or-nothing: one problem anywhere means
+/// no rule set, so a half-valid set never runs.
+pub fn load(rules_dir: &Path, templates_dir: &Path) -> Result<RuleSet, Diagnostics> {
+    let mut problems = Vec::new();
+    let templates = read_tree(templates_dir, |_| true, &mut problems);
+    let rule_files = read_tree(rules_dir, is_yaml_file, &mut problems);
+    if rule_files.is_empty() && problems.is_empty() {
+        problems.push(
+            Diagnostic::new(
+                SourceLocation::new(rules_dir, 0, 0),
+                "no rule files (*.yaml, *.yml) found",
+            )
+            .with_hint("point --rules at the directory holding your Rule documents"),
+        );
+    }
+    load_files(&templates, &rule_files, problems)
+}
+
+/// One file already read: `(name relative to its directory, path, text)`.
+pub type SourceFile = (String, PathBuf, String);
+
+/// Loads and validates rules and templates already read into memory, a pure function of the
+/// texts (what `load` does after reading the directories; the fuzz target calls it directly).
+pub fn load_sources(templates: &[SourceFile], rule_files: &[SourceFile]) -> Result<RuleSet, Diagnostics> {
+    load_files(templates, rule_files, Vec::new())
+}
+
+fn load_files(
+    templates: &[SourceFile],
+    rule_files: &[SourceFile],
+    mut problems: Vec<Diagnostic>,
+) -> Result<RuleSet, Diagnostics> {
+    let mut renderer = Renderer::default();
+    for (name, path, source) in templates {
+        if let Err(e) = renderer.add_yaml_template(name.clone(), source.clone()) {
+            problems.push(compile_diagnostic(path, source, &e));
+        }
+    }
+    let template_sources: HashMap<&str, &str> = templates
+        .iter()
+        .map(|(name, _, source)| (name.as_str(), source.as_str()))
+        .collect();
+
+    let mut rules = Vec::new();
+    for (_, path, text) in rule_files {
+        match yaml::documents(text) {
+            Err(e) => problems.push(yaml_diagnostic(path, &e)),
+            Ok(docs) => {
+                for doc in parse_rule_documents(path, text, docs.len(), &mut problems) {
+                    let mut checker = RuleChecker {
+                        file: path,
+                        renderer: &mut renderer,
+                        templates: &template_sources,
+                        problems: &mut problems,
+                    };
+                    if let Some(rule) = checker.check(doc) {
+                        rules.push(rule);
+                    }
+                }
+            }
+        }
+    }
+    check_across_rules(&rules, &mut problems);
+    if problems.is_empty() {
+        Ok(RuleSet { rules, renderer })
+    } else {
+        Err(Diagnostics(problems))
+    }
+}
+
+fn is_yaml_file(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+}
+
+/// Reads every file under `dir` (following links, skipping dot entries), sorted by name, as
+/// `(name relative to dir with '/' separators, path, text)`.
+pub fn read_tree(
+    dir: &Path,
+    wanted: impl Fn(&Path) -> bool + Copy,
+    problems: &mut Vec<Diagnostic>,
+) -> Vec<(String, PathBuf, String)> {
+    let mut files = Vec::new();
+    walk(dir, dir, wanted, &mut files, problems);
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    files
+}
+
+fn walk(
+    root: &Path,
+    dir: &Path,
+    wanted: impl Fn(&Path) -> bool + Copy,
+    files: &mut Vec<(String, PathBuf, String)>,
+    problems: &mut Vec<Diagnostic>,
+) {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            problems.push(Diagnostic::new(
+                SourceLocation::new(dir, 0, 0),
+                format!("cannot read directory: {e}"),
+            ));
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        match fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => walk(root, &path, wanted, files, problems),
+            Ok(_) if wanted(&path) => match fs::read_to_string(&path) {
+                Ok(text) => {
+                    let name = path
+                        .strip_prefix(root)
+                        .unwrap_or(&path)
+                        .components()
+                        .map(|c| c.as_os_str().to_string_lossy())
+                        .collect::<Vec<_>>()
+                        .join("/");
+                    files.push((name, path, text));
+                }
+                Err(e) => problems.push(Diagnostic::new(
+                    SourceLocation::new(&path, 0, 0),
+                    format!("cannot read file: {e}"),
+                )),
+            },
+            Ok(_) => {}
+            Err(e) => problems.push(Diagnostic::new(
+                SourceLocation::new(&path, 0, 0),
+                format!("cannot read: {e}"),
+            )),
+        }
+    }
+}
+
+fn yaml_diagnostic(path: &Path, e: &yaml::YamlError) -> Diagnostic {
+    Diagnostic::new(
+        SourceLocation::new(path, e.line.unwrap_or(0), e.column.unwrap_or(0)),
+        e.message.clone(),
+    )
+}
+
+fn compile_diagnostic(path: &Path, source: &str, e: &CompileError) -> Diagnostic {
+    let column = e.range.as_ref().map_or(0, |r| column_of(source, r.start));
+    Diagnostic::new(
+        SourceLocation::new(path, e.line.unwrap_or(0) as u64, column),
+        format!("template syntax error: {}", e.message),
+    )
+}
+
+/// Parses the typed rule documents of a file (already known to be valid YAML).
+fn parse_rule_documents(path: &Path, text: &str, count: usize, problems: &mut Vec<Diagnostic>) -> Vec<RuleDocument> {
+    let parsed: Result<Vec<RuleDocument>, _> =
+        serde_saphyr::from_multiple_with_options(text, yaml::kubernetes_options());
+    match parsed {
+        Ok(docs) => docs,
+        Err(e) => {
+            let mut diagnostic = yaml_diagnostic(path, &yaml::YamlError::from_saphyr(&e));
+            if diagnostic.message.contains("unknown field") {
+                diagnostic = diagnostic.with_hint("see the rule reference in README.md or schema/rule.schema.json");
+            }
+            problems.push(diagnostic);
+            debug_assert!(count > 0);
+            Vec::new()
+        }
+    }
+}
+
+/// Validates one rule document and compiles its inline strings.
+struct RuleChecker<'a> {
+    file: &'a Path,
+    renderer: &'a mut Renderer,
+    templates: &'a HashMap<&'a str, &'a str>,
+    problems: &'a mut Vec<Diagnostic>,
+}
+
+impl RuleChecker<'_> {
+    fn at<T>(&self, located: &Located<T>) -> SourceLocation {
+        SourceLocation::from_span(self.file, &located.referenced)
+    }
+
+    fn report(&mut self, location: SourceLocation, message: impl Into<String>, hint: Option<&str>) {
+        let mut diagnostic = Diagnostic::new(location, message);
+        if let Some(hint) = hint {
+            diagnostic = diagnostic.with_hint(hint);
+        }
+        self.problems.push(diagnostic);
+    }
+
+    fn check(&mut self, doc: RuleDocument) -> Option<Rule> {
+        let before = self.problems.len();
+        if doc.api_version.value != RULE_API_VERSION {
+            self.report(
+                self.at(&doc.api_version),
+                format!(
+                    "apiVersion must be {RULE_API_VERSION}, found {:?}",
+                    doc.api_version.value
+                ),
+                None,
+            );
+        }
+        if doc.kind.value != RULE_KIND {
+            self.report(
+                self.at(&doc.kind),
+                format!("kind must be {RULE_KIND}, found {:?}", doc.kind.value),
+                None,
+            );
+        }
+        let name = doc.metadata.name.value.clone();
+        let name_at = self.at(&doc.metadata.name);
+        if !is_dns_label(&name) {
+            self.report(
+                name_at.clone(),
+                format!("metadata.name {name:?} is not a DNS label"),
+                Some("use lowercase letters, digits and '-', at most 63 characters"),
+            );
+        }
+        let spec = &doc.spec;
+        if !spec.watch.api_version.contains('/') && spec.watch.api_version != "v1" {
+            self.report(
+                name_at.clone(),
+                format!(
+                    "spec.watch.apiVersion {:?} must be group/version, e.g. myorg.io/v1",
+                    spec.watch.api_version
+                ),
+                None,
+            );
+        }
+        if spec.watch.kind.is_empty() {
+            self.report(name_at.clone(), "spec.watch.kind must not be empty", None);
+        }
+        let resync =
+            spec.resync
+                .as_ref()
+                .and_then(|r| match duration::parse_at_least(&r.value, duration::MIN_RESYNC) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        self.report(
+                            self.at(r),
+                            format!("spec.resync: {e}"),
+                            Some("write e.g. 30s, 10m or 1h (at least 1s)"),
+                        );
+                        None
+                    }
+                });
+        if spec.max_concurrent_reconciles == Some(0) {
+            self.report(name_at.clone(), "spec.maxConcurrentReconciles must be at least 1", None);
+        }
+        self.check_allowed_namespaces(spec, &name_at);
+        let mut child_ids = BTreeMap::new();
+        for (i, child) in spec.children.iter().enumerate() {
+            self.check_id(&child.id, "child", &mut child_ids);
+            self.check_template_exists(&child.template);
+            if let Some(when) = &child.when {
+                self.check_expression(when, &format!("spec.children[{i}].when"));
+            }
+            self.check_collection(&name, i, child);
+        }
+        for problem in crate::engine::plan::order::graph_problems(&spec.children) {
+            self.report(self.at(problem.at), problem.message, Some(&problem.hint));
+        }
+        self.check_lookups(&name, &spec.lookups);
+        let mut action_ids = BTreeMap::new();
+        for action in &spec.actions {
+            self.check_id(&action.id, "action", &mut action_ids);
+            self.check_action(&name, action);
+        }
+        let mut used_templates: Vec<&str> = spec.children.iter().map(|c| c.template.value.as_str()).collect();
+        used_templates.extend(
+            spec.actions
+                .iter()
+                .filter_map(|a| a.create.as_ref())
+                .map(|c| c.template.value.as_str()),
+        );
+        for (field, source) in &spec.status.fields {
+            let path = format!("status.fields.{field}");
+            match &source.value {
+                FieldSource::Template(text) => self.compile_inline(&name, &path, text, self.at(source)),
+                FieldSource::FromChild(from) => {
+                    if !child_ids.contains_key(from.child.as_str()) {
+                        self.report(
+                            self.at(source),
+                            format!("{path}: no child with id {:?}", from.child),
+                            Some(&format!("known children: {}", known(&child_ids))),
+                        );
+                    }
+                    if let Err(e) = jsonpath_rust::parser::parse_json_path(&from.json_path) {
+                        self.report(
+                            self.at(source),
+                            format!(
+                                "{path}: invalid JSONPath {:?}: {}",
+                                from.json_path,
+                                one_line(&e.to_string())
+                            ),
+                            Some("write an RFC 9535 path such as $.status.readyReplicas"),
+                        );
+                    }
+                }
+            }
+        }
+        let mut condition_types = BTreeMap::new();
+        for (i, condition) in spec.status.conditions.iter().enumerate() {
+            let at = self.at(&condition.when);
+            if condition_types.insert(condition.type_.clone(), ()).is_some() {
+                self.report(
+                    at.clone(),
+                    format!("condition type {:?} is defined twice", condition.type_),
+                    None,
+                );
+            }
+            self.check_expression(&condition.when, &format!("status.conditions[{i}].when"));
+            for (what, text) in [
+                ("reason", &condition.reason),
+                ("falseReason", &condition.false_reason),
+                ("message", &condition.message),
+            ] {
+                if let Some(text) = text {
+                    self.compile_inline(
+                        &name,
+                        &format!("status.conditions.{}.{what}", condition.type_),
+                        &text.value,
+                        self.at(text),
+                    );
+                }
+            }
+        }
+        if self.problems.len() > before {
+            return None;
+        }
+        Some(Rule {
+            digest: self.digest(&doc, &used_templates),
+            name,
+            file: self.file.to_path_buf(),
+            resync,
+            cluster_scoped: builtin_cluster_scoped(&doc.spec),
+            spec: doc.spec,
+        })
+    }
+
+    fn check_id(&mut self, id: &Located<String>, what: &str, seen: &mut BTreeMap<String, ()>) {
+        if !is_dns_label(&id.value) {
+            self.report(
+                self.at(id),
+                format!("{what} id {:?} is not a DNS label", id.value),
+                Some("ids become label values: lowercase letters, digits and '-'"),
+            );
+        }
+        if seen.insert(id.value.clone(), ()).is_some() {
+            self.report(
+                self.at(id),
+                format!("duplicate {what} id {:?}", id.value),
+                Some("ids must be unique within a rule"),
+            );
+        }
+    }
+
+    fn check_template_exists(&mut self, template: &Located<String>) {
+        if !self.templates.contains_key(template.value.as_str()) {
+            let mut names: Vec<&str> = self.templates.keys().copied().collect();
+            names.sort_unstable();
+            self.report(
+                self.at(template),
+                format!("template {:?} not found in the templates directory", template.value),
+                Some(&format!(
+                    "available templates: {}",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                )),
+            );
+        }
+    }
+
+    fn check_expression(&mut self, expression: &Located<String>, label: &str) {
+        if let Err(e) = self.renderer.check_expression(label, &expression.value) {
+            self.report(
+                self.at(expression),
+                format!("{label}: invalid expression {:?}: {}", expression.value, e.message),
+                None,
+            );
+        }
+    }
+
+    fn compile_inline(&mut self, rule: &str, field_path: &str, text: &str, at: SourceLocation) {
+        if let Err(e) = self
+            .renderer
+            .add_text_template(inline_template_name(rule, field_path), text.to_owned())
+        {
+            self.report(at, format!("{field_path}: template syntax error: {}", e.message), None);
+        }
+    }
+
+    /// `forEach`, `key`, `maxItems` and `readyWhen` of one child. Whether a `forEach` needs a
+    /// `key` depends on its items (strings do not), which only rendering knows.
+    fn check_collection(&mut self, rule: &str, i: usize, child: &ChildSpec) {
+        let id = &child.id.value;
+        if let Some(for_each) = &child.for_each {
+            self.check_expression(for_each, &format!("spec.children[{i}].forEach"));
+        } else {
+            if let Some(key) = &child.key {
+                self.report(
+                    self.at(key),
+                    format!("child {id:?}: key is set but forEach is not"),
+                    Some("key names the items of a forEach; remove it or add forEach"),
+                );
+            }
+            if child.max_items.is_some() {
+                self.report(
+                    self.at(&child.id),
+                    format!("child {id:?}: maxItems is set but forEach is not"),
+                    None,
+                );
+            }
+        }
+        if let Some(key) = &child.key {
+            self.compile_inline(rule, &format!("children.{id}.key"), &key.value, self.at(key));
+        }
+        if child.max_items == Some(0) {
+            self.report(
+                self.at(&child.id),
+                format!("child {id:?}: maxItems must be at least 1"),
+                None,
+            );
+        }
+        if let Some(ready_when) = &child.ready_when {
+            self.check_expression(ready_when, &format!("spec.children[{i}].readyWhen"));
+        }
+    }
+
+    /// Ids, kinds and the name and namespace templates of the lookups.
+    fn check_lookups(&mut self, rule: &str, lookups: &[LookupSpec]) {
+        let mut ids = BTreeMap::new();
+        for lookup in lookups {
+            let id = &lookup.id.value;
+            self.check_id(&lookup.id, "lookup", &mut ids);
+            if !lookup.api_version.contains('/') && lookup.api_version != "v1" {
+                self.report(
+                    self.at(&lookup.id),
+                    format!(
+                        "lookup {id:?}: apiVersion {:?} must be group/version or v1",
+                        lookup.api_version
+                    ),
+                    None,
+                );
+            }
+            if lookup.kind.is_empty() {
+                self.report(
+                    self.at(&lookup.id),
+                    format!("lookup {id:?}: kind must not be empty"),
+                    None,
+                );
+            }
+            self.compile_inline(
+                rule,
+                &format!("lookups.{id}.name"),
+                &lookup.name.value,
+                self.at(&lookup.name),
+            );
+            if let Some(namespace) = &lookup.namespace {
+                self.compile_inline(
+                    rule,
+                    &format!("lookups.{id}.namespace"),
+                    &namespace.value,
+                    self.at(namespace),
+                );
+            }
+        }
+    }
+
+    fn check_action(&mut self, rule: &str, action: &ActionSpec) {
+        let at = self.at(&action.id);
+        let id = &action.id.value;
+        let guards = usize::from(action.guard.generation)
+            + usize::from(action.guard.condition.is_some())
+            + usize::from(action.guard.annotation.is_some());
+        match action.on {
+            ActionTrigger::Reconcile => {
+                if guards != 1 {
+                    self.report(
+                        at.clone(),
+                        format!(
+                            "action {id:?}: guard must set exactly one of generation, condition, annotation (found {guards})"
+                        ),
+                        Some("e.g. guard: {generation: true}"),
+                    );
+                }
+                for (field, set) in [
+                    ("waitFor", action.wait_for.is_some()),
+                    ("timeout", action.timeout.is_some()),
+                ] {
+                    if set {
+                        self.report(
+                            at.clone(),
+                            format!("action {id:?}: {field} applies only to `on: delete` actions"),
+                            Some("add `on: delete`, or remove the field"),
+                        );
+                    }
+                }
+            }
+            ActionTrigger::Delete => self.check_delete_action(action, guards),
+        }
+        match (&action.create, &action.http) {
+            (Some(create), None) => self.check_template_exists(&create.template),
+            (None, Some(http)) => {
+                self.compile_inline(
+                    rule,
+                    &format!("actions.{id}.http.url"),
+                    &http.url.value,
+                    self.at(&http.url),
+                );
+                if let Some(body) = &http.body {
+                    self.compile_inline(rule, &format!("actions.{id}.http.body"), &body.value, self.at(body));
+                }
+                for (header, value) in &http.headers {
+                    self.compile_inline(rule, &format!("actions.{id}.http.headers.{header}"), value, at.clone());
+                }
+                if let Some(timeout) = &http.timeout
+                    && let Err(e) = duration::parse_at_least(timeout, std::time::Duration::from_millis(1))
+                {
+                    self.report(at.clone(), format!("action {id:?}: http.timeout: {e}"), None);
+                }
+            }
+            _ => self.report(
+                at.clone(),
+                format!("action {id:?}: set exactly one of create, http"),
+                None,
+            ),
+        }
+        if let Some(when) = &action.when {
+            self.check_expression(when, &format!("actions.{id}.when"));
+        }
+    }
+
+    /// An `on: delete` action runs once per deletion: no guard; `waitFor` reads the created
+    /// object, so it needs `create`.
+    fn check_delete_action(&mut self, action: &ActionSpec, guards: usize) {
+        let at = self.at(&action.id);
+        let id = &action.id.value;
+        if guards != 0 {
+            self.report(
+                at.clone(),
+                format!("action {id:?}: an `on: delete` action takes no guard (it runs once per deletion)"),
+                Some("remove `guard`"),
+            );
+        }
+        if let Some(wait_for) = &action.wait_for {
+            if action.create.is_none() {
+                self.report(
+                    self.at(wait_for),
+                    format!("action {id:?}: waitFor reads the created `object`, so it needs `create`"),
+                    None,
+                );
+            }
+            self.check_expression(wait_for, &format!("actions.{id}.waitFor"));
+        }
+        if let Some(timeout) = &action.timeout {
+            if action.wait_for.is_none() {
+                self.report(
+                    self.at(timeout),
+                    format!("action {id:?}: timeout bounds waitFor, which is not set"),
+                    None,
+                );
+            }
+            if let Err(e) = duration::parse(&timeout.value) {
+                self.report(self.at(timeout), format!("action {id:?}: timeout: {e}"), None);
+            }
+        }
+    }
+
+    fn check_allowed_namespaces(&mut self, spec: &RuleSpec, at: &SourceLocation) {
+        for namespace in &spec.allowed_namespaces {
+            if !is_dns_label(namespace) {
+                self.report(
+                    at.clone(),
+                    format!("spec.allowedNamespaces: {namespace:?} is not a namespace name (a DNS label)"),
+                    None,
+                );
+            }
+        }
+    }
+
+    fn digest(&self, doc: &RuleDocument, templates: &[&str]) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(format!("{:?}", doc.spec).as_bytes());
+        for name in templates {
+            hasher.update(name.as_bytes());
+            hasher.update(self.templates.get(name).copied().unwrap_or_default().as_bytes());
+        }
+        hex(&hasher.finalize()[..8])
+    }
+}
+
+/// A parser's multi-line report (with a source frame) as one line.
+fn one_line(report: &str) -> String {
+    report
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('|') && !l.contains(" | "))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn known(ids: &BTreeMap<String, ()>) -> String {
+    if ids.is_empty() {
+        "none".to_owned()
+    } else {
+        ids.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Lower-case hex of some bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `s` is an RFC 1123 DNS label.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// The kinds of `spec` known offline to be cluster-scoped (built-in kinds); `ruleop run`
+/// replaces this with what discovery says.
+fn builtin_cluster_scoped(spec: &RuleSpec) -> std::collections::BTreeSet<(String, String)> {
+    let children = spec.children.iter().map(|c| (&c.api_version, &c.kind));
+    let created = spec
+        .actions
+        .iter()
+        .filter_map(|a| a.create.as_ref())
+        .map(|c| (&c.api_version, &c.kind));
+    children
+        .chain(created)
+        .filter(|(api_version, kind)| crate::engine::plan::builtin::is_cluster_scoped(api_version, kind))
+        .map(|(api_version, kind)| (api_version.clone(), kind.clone()))
+        .collect()
+}
+
+fn check_across_rules(rules: &[Rule], problems: &mut Vec<Diagnostic>) {
+    let mut names: HashMap<&str, &Path> = HashMap::new();
+    let mut kinds: HashMap<(String, String), &str> = HashMap::new();
+    for rule in rules {
+        if let Some(first) = names.insert(&rule.name, &rule.file) {
+            problems.push(Diagnostic::new(
+                SourceLocation::new(&rule.file, 0, 0),
+                format!("rule name {:?} is also used in {}", rule.name, first.display()),
+            ));
+        }
+        let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
+        if let Some(other) = kinds.insert(watched.clone(), &rule.name) {
+            problems.push(
+                Diagnostic::new(
+                    SourceLocation::new(&rule.file, 0, 0),
+                    format!(
+                        "rules {other:?} and {:?} both watch {} {}",
+                        rule.name, watched.0, watched.1
+                    ),
+                )
+                .with_hint("one rule per watched kind: merge them into one rule"),
+            );
+        }
+    }
+}

@@ -1,0 +1,770 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease (client-go's algorithm and defaults), and
+//! the write fence that keeps a replica whose lease ran out from writing.
+//!
+//! Why not the kube-lease-manager crate (0.13 tracks kube 5): it counts durations in whole
+//! seconds, keeps reporting "leader" while renewals fail (its loop logs the error and retries,
+//! so nothing tells the holder its lease expired), and manages one lease per manager with no way
+//! to hold a bounded number of them, which sharding needs. The state machine is small: the
+//! decision is a pure function ([`decide`]) tested below, and writes are fenced by time
+//! ([`Fence`]) rather than by a task remembering to stop.
+//!
+//! Timing (client-go's): a standby takes a lease whose record has not changed for
+//! `lease_duration`, measured on its own clock from when it saw the record change; the holder
+//! renews every `retry_period` and may write until `renew_deadline` after the start of its last
+//! successful renewal. Since `renew_deadline < lease_duration`, the old holder's fence closes
+//! before any standby can take the lease, whatever the clocks say.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use kube::client::ClientBuilder;
+use kube::{Client, Config};
+use tokio::sync::{oneshot, watch};
+use tower::{BoxError, Layer, Service};
+use tracing::{info, warn};
+
+use crate::engine::duration;
+
+/// Defaults of Kubernetes' own controllers (kube-controller-manager, client-go).
+pub const DEFAULT_LEASE_DURATION: &str = "15s";
+/// How long the holder keeps writing without a successful renewal.
+pub const DEFAULT_RENEW_DEADLINE: &str = "10s";
+/// Time between attempts to acquire or renew.
+pub const DEFAULT_RETRY_PERIOD: &str = "2s";
+
+/// The `ruleop run` flags of leader election.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ElectionArgs {
+    /// Run as one of several replicas: only the holder of a Lease reconciles and writes; the
+    /// others wait, ready, and take over when it is released or expires.
+    #[arg(long, env = "RULEOP_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Name of the Lease (with --leader-elect).
+    #[arg(long, env = "RULEOP_LEASE_NAME", default_value = "ruleop")]
+    pub lease_name: String,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else --namespace, else default).
+    #[arg(long, env = "RULEOP_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// How long a standby waits after the last renewal it saw before taking the lease.
+    #[arg(long, env = "RULEOP_LEASE_DURATION", default_value = DEFAULT_LEASE_DURATION)]
+    pub lease_duration: String,
+    /// How long the holder keeps writing after the start of its last successful renewal
+    /// (must be shorter than --lease-duration).
+    #[arg(long, env = "RULEOP_RENEW_DEADLINE", default_value = DEFAULT_RENEW_DEADLINE)]
+    pub renew_deadline: String,
+    /// Time between attempts to acquire or renew the lease.
+    #[arg(long, env = "RULEOP_RETRY_PERIOD", default_value = DEFAULT_RETRY_PERIOD)]
+    pub retry_period: String,
+    /// Split the parents into this many shards by a stable hash (FNV-1a) of their UID, each
+    /// with its own Lease `<lease-name>-shard-<i>`: every replica reconciles the parents of the
+    /// shards it holds, up to its fair share (shards / live replicas, rounded up). More than 1
+    /// implies leases (--leader-elect is then redundant); 1 with --leader-elect is one Lease
+    /// for everything, without it no Lease at all. See the README, "Sharding".
+    #[arg(long, env = "RULEOP_SHARDS", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_SHARDS as i64))]
+    pub shards: u32,
+}
+
+/// The most shards `--shards` accepts (a Lease each, renewed every retry period by its holder).
+pub const MAX_SHARDS: u32 = 256;
+
+impl ElectionArgs {
+    /// The timing, checked: `retry_period < renew_deadline < lease_duration`.
+    pub fn timing(&self) -> Result<Timing, String> {
+        let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("--{flag}: {e}"));
+        let timing = Timing {
+            lease_duration: parse("lease-duration", &self.lease_duration)?,
+            renew_deadline: parse("renew-deadline", &self.renew_deadline)?,
+            retry_period: parse("retry-period", &self.retry_period)?,
+        };
+        if timing.lease_duration < Duration::from_secs(1) {
+            return Err("--lease-duration: at least 1s (a Lease counts whole seconds)".to_owned());
+        }
+        if timing.renew_deadline >= timing.lease_duration || timing.retry_period >= timing.renew_deadline {
+            return Err(format!(
+                "need --retry-period < --renew-deadline < --lease-duration, got {:?} < {:?} < {:?}",
+                timing.retry_period, timing.renew_deadline, timing.lease_duration
+            ));
+        }
+        if self.shards > 1 && self.lease_name.len() > 40 {
+            return Err(format!(
+                "--lease-name: at most 40 characters with --shards (it prefixes every shard and member Lease and labels them), got {}",
+                self.lease_name.len()
+            ));
+        }
+        Ok(timing)
+    }
+
+    /// Whether this run takes leases: `--leader-elect`, or more than one shard.
+    pub fn uses_leases(&self) -> bool {
+        self.leader_elect || self.shards > 1
+    }
+}
+
+/// Leader election of `ruleop run`: which lease, who we are, and its timing.
+#[derive(Debug, Clone)]
+pub struct Election {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// Our holder identity.
+    pub identity: String,
+    /// Lease timing.
+    pub timing: Timing,
+    /// Shards (`--shards`): 1 is one lease named `name`; more are a lease per shard, named
+    /// `<name>-shard-<i>`, and a member lease per replica.
+    pub shards: u32,
+}
+
+/// Lease timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// A record unchanged for this long is free to take.
+    pub lease_duration: Duration,
+    /// The holder writes until this long after the start of its last successful renewal.
+    pub renew_deadline: Duration,
+    /// Time between attempts.
+    pub retry_period: Duration,
+}
+
+/// Who we are to other replicas: the pod name (downward API), else hostname and pid.
+pub fn identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let host = if host.is_empty() { "ruleop".to_owned() } else { host };
+    format!("{host}-{}", std::process::id())
+}
+
+// === impl Fence ===
+
+/// Whether this process may write now. Closed by time: it needs no task to close it, so a
+/// starved or stuck renewal cannot leave it open.
+#[derive(Debug)]
+pub struct Fence {
+    origin: Instant,
+    /// Milliseconds after `origin` until which writes pass; 0 is closed, `u64::MAX` always open.
+    until_ms: AtomicU64,
+}
+
+impl Fence {
+    /// A fence that never closes (no leader election).
+    pub fn open() -> Arc<Self> {
+        Arc::new(Fence {
+            origin: Instant::now(),
+            until_ms: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// A fence that lets nothing through until [`Fence::extend`].
+    pub fn closed() -> Arc<Self> {
+        Arc::new(Fence {
+            origin: Instant::now(),
+            until_ms: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether a write may start now.
+    pub fn holds(&self) -> bool {
+        self.holds_at(Instant::now())
+    }
+
+    fn holds_at(&self, now: Instant) -> bool {
+        let until = self.until_ms.load(Ordering::Acquire);
+        until == u64::MAX || (now.saturating_duration_since(self.origin).as_millis() as u64) < until
+    }
+
+    /// Lets writes through until `until`.
+    pub fn extend(&self, until: Instant) {
+        let ms = (until.saturating_duration_since(self.origin).as_millis() as u64).clamp(1, u64::MAX - 1);
+        self.until_ms.store(ms, Ordering::Release);
+    }
+
+    /// Stops every write from now on.
+    pub fn close(&self) {
+        self.until_ms.store(0, Ordering::Release);
+    }
+}
+
+/// The error of a write refused by the fence.
+#[derive(Debug, thiserror::Error)]
+#[error("not sent: this replica does not hold the lease (fenced)")]
+pub struct Fenced;
+
+/// Whether `error`, or any error in its source chain, is a write refused by the fence.
+pub fn is_fenced(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |e| e.source()).any(|e| e.is::<Fenced>())
+}
+
+/// A tower layer over the API client that refuses every write request (anything but GET, HEAD,
+/// OPTIONS, or a dry run) while the fence is closed: children, status, actions, Events and `ruleop-status`
+/// all go through it, so nothing is forgotten.
+#[derive(Debug, Clone)]
+pub struct FenceLayer(pub Arc<Fence>);
+
+impl<S> Layer<S> for FenceLayer {
+    type Service = FencedService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FencedService {
+            inner,
+            fence: self.0.clone(),
+        }
+    }
+}
+
+/// The service of [`FenceLayer`].
+#[derive(Debug, Clone)]
+pub struct FencedService<S> {
+    inner: S,
+    fence: Arc<Fence>,
+}
+
+impl<S, B> Service<http::Request<B>> for FencedService<S>
+where
+    S: Service<http::Request<B>>,
+    S::Error: Into<BoxError>,
+    S::Response: Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<S::Response, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let read = matches!(
+            *request.method(),
+            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+        );
+        // A dry run writes nothing (the start-up check that ruleop-status is writable).
+        let dry_run = request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "dryRun=All"));
+        if !read && !dry_run && !self.fence.holds() {
+            return Box::pin(std::future::ready(Err(Box::new(Fenced) as BoxError)));
+        }
+        let future = self.inner.call(request);
+        Box::pin(async move { future.await.map_err(Into::into) })
+    }
+}
+
+/// Two clients of one configuration: one whose writes pass `fence` (for everything the
+/// operator does) and one without (for the leases themselves).
+pub async fn clients(fence: Arc<Fence>) -> Result<(Client, Client), kube::Error> {
+    let config = Config::infer().await.map_err(kube::Error::InferConfig)?;
+    let leases = Client::try_from(config.clone())?;
+    let fenced = ClientBuilder::try_from(config)?.with_layer(&FenceLayer(fence)).build();
+    Ok((fenced, leases))
+}
+
+// === the decision ===
+
+/// What to do with a lease, given its record and what we saw of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// It does not exist: create it, held by us.
+    Create,
+    /// We hold it: renew.
+    Renew,
+    /// Free (released, or unchanged for its duration): take it.
+    Take,
+    /// Someone else holds it and it has not expired.
+    Wait {
+        /// The holder.
+        holder: String,
+    },
+}
+
+/// Decides on a lease: `spec` is its record (`None`: no lease), `unchanged_since` when we first
+/// saw this record (our clock), `default_duration` for a record without one.
+pub fn decide(
+    spec: Option<&LeaseSpec>,
+    me: &str,
+    unchanged_since: Instant,
+    now: Instant,
+    default_duration: Duration,
+) -> Decision {
+    let Some(spec) = spec else { return Decision::Create };
+    match spec.holder_identity.as_deref() {
+        None | Some("") => Decision::Take,
+        Some(holder) if holder == me => Decision::Renew,
+        Some(holder) => {
+            let duration = spec.lease_duration_seconds.map_or(default_duration, |s| {
+                Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1))
+            });
+            if now.saturating_duration_since(unchanged_since) >= duration {
+                Decision::Take
+            } else {
+                Decision::Wait {
+                    holder: holder.to_owned(),
+                }
+            }
+        }
+    }
+}
+
+/// The record after we create, renew or take a lease.
+pub fn next_record(current: Option<&LeaseSpec>, me: &str, timing: &Timing, now: MicroTime) -> LeaseSpec {
+    let ours = current.is_some_and(|s| s.holder_identity.as_deref() == Some(me));
+    let transitions = current.and_then(|s| s.lease_transitions).unwrap_or(0);
+    LeaseSpec {
+        holder_identity: Some(me.to_owned()),
+        lease_duration_seconds: Some(i32::try_from(timing.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX)),
+        acquire_time: if ours {
+            current.and_then(|s| s.acquire_time.clone())
+        } else {
+            Some(now.clone())
+        },
+        renew_time: Some(now),
+        lease_transitions: Some(if ours || current.is_none() {
+            transitions
+        } else {
+            transitions.saturating_add(1)
+        }),
+        ..LeaseSpec::default()
+    }
+}
+
+fn micro_now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+// === impl Elector ===
+
+/// One replica's view of one lease: the leader lease, a shard lease, or a member lease.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    timing: Timing,
+    /// Labels set on a lease this elector creates (sharding lists its leases by them).
+    labels: BTreeMap<String, String>,
+    /// The last record seen and when we first saw it.
+    observed: Option<(Option<LeaseSpec>, Instant)>,
+}
+
+impl Elector {
+    /// An elector for the lease `namespace/name`.
+    pub fn new(client: Client, namespace: &str, name: &str, identity: &str, timing: Timing) -> Self {
+        Elector {
+            api: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            timing,
+            labels: BTreeMap::new(),
+            observed: None,
+        }
+    }
+
+    /// The same elector, creating its lease with these labels.
+    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
+    }
+
+    /// Our identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The lease's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The holder of the last record seen (`None`: no lease, or released).
+    pub fn holder(&self) -> Option<&str> {
+        self.observed
+            .as_ref()
+            .and_then(|(spec, _)| spec.as_ref()?.holder_identity.as_deref())
+            .filter(|h| !h.is_empty())
+    }
+
+    /// Records the lease as read (by a GET or a LIST that began at `read_at`; `None`: it does
+    /// not exist) and decides what to do with it. A record seen for the first time, or changed,
+    /// starts its expiry clock at `read_at`.
+    pub fn observe(&mut self, lease: Option<&Lease>, read_at: Instant) -> Decision {
+        let spec = lease.map(|l| l.spec.clone().unwrap_or_default());
+        let unchanged_since = match &self.observed {
+            Some((seen, since)) if *seen == spec => *since,
+            _ => read_at,
+        };
+        let decision = decide(
+            spec.as_ref(),
+            &self.identity,
+            unchanged_since,
+            Instant::now(),
+            self.timing.lease_duration,
+        );
+        self.observed = Some((spec, unchanged_since));
+        decision
+    }
+
+    /// Writes `lease` (as last read; `None`: create it) as held by us: renewed, taken or
+    /// created. `Ok(Some(start))`: we hold it, and may write until `start + renew_deadline`.
+    /// `Ok(None)`: another replica wrote it first (a conflict).
+    pub async fn claim(&mut self, lease: Option<Lease>) -> Result<Option<Instant>, kube::Error> {
+        let started = Instant::now();
+        let current = lease.as_ref().map(|l| l.spec.clone().unwrap_or_default());
+        let record = next_record(current.as_ref(), &self.identity, &self.timing, micro_now());
+        let result = match lease {
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(record.clone()),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            Some(mut lease) => {
+                // resourceVersion stays set: of two replicas taking it at once, one gets a 409.
+                lease.spec = Some(record.clone());
+                lease.metadata.managed_fields = None;
+                self.api.replace(&self.name, &PostParams::default(), &lease).await
+            }
+        };
+        match result {
+            Ok(_) => {
+                self.observed = Some((Some(record), started));
+                Ok(Some(started))
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One attempt to acquire or renew. `Ok(Some(start))`: we hold the lease, and may write
+    /// until `start + renew_deadline`. `Ok(None)`: someone else holds it (or won a race).
+    pub async fn try_acquire_or_renew(&mut self) -> Result<Option<Instant>, kube::Error> {
+        let started = Instant::now();
+        let lease = self.api.get_opt(&self.name).await?;
+        match self.observe(lease.as_ref(), started) {
+            Decision::Wait { .. } => Ok(None),
+            Decision::Create | Decision::Renew | Decision::Take => {
+                let claimed = self.claim(lease).await?;
+                // The fence counts from the start of the whole attempt, as before the split.
+                Ok(claimed.map(|_| started))
+            }
+        }
+    }
+
+    /// Gives the lease up if we hold it: an empty holder, which a standby takes at its next
+    /// attempt instead of waiting for the lease to expire.
+    pub async fn release(&mut self) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(());
+        };
+        let Some(spec) = lease.spec.as_mut() else { return Ok(()) };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(micro_now());
+        lease.metadata.managed_fields = None;
+        self.api.replace(&self.name, &PostParams::default(), &lease).await?;
+        Ok(())
+    }
+}
+
+// === impl Leadership ===
+
+/// A held lease, renewed in the background until it is lost or released.
+pub struct Leadership {
+    lost: watch::Receiver<bool>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Waits until `elector` holds its lease (retrying every `retry_period`), then keeps renewing
+/// it in the background; `fence` is open while it is held, `on_change` hears true/false.
+pub async fn acquire(
+    mut elector: Elector,
+    fence: Arc<Fence>,
+    on_change: impl Fn(bool) + Send + Sync + 'static,
+) -> Leadership {
+    let timing = elector.timing;
+    let mut waiting_for = None;
+    loop {
+        match elector.try_acquire_or_renew().await {
+            Ok(Some(started)) => {
+                fence.extend(started + timing.renew_deadline);
+                break;
+            }
+            Ok(None) => {
+                if let Some((Some(spec), _)) = &elector.observed
+                    && spec.holder_identity != waiting_for
+                {
+                    waiting_for = spec.holder_identity.clone();
+                    info!(lease = %elector.name, holder = ?waiting_for, "standing by: the lease is held by another replica");
+                }
+            }
+            Err(e) => warn!(lease = %elector.name, error = %e, "reading the lease failed; retrying"),
+        }
+        tokio::time::sleep(timing.retry_period).await;
+    }
+    info!(lease = %elector.name, identity = %elector.identity, "acquired the lease: leading");
+    on_change(true);
+    let (lost_tx, lost) = watch::channel(false);
+    let (stop, mut stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stop_rx => {
+                    fence.close();
+                    on_change(false);
+                    match elector.release().await {
+                        Ok(()) => info!(lease = %elector.name, "released the lease"),
+                        Err(e) => warn!(lease = %elector.name, error = %e, "releasing the lease failed; it expires by itself"),
+                    }
+                    return;
+                }
+                () = tokio::time::sleep(timing.retry_period) => {}
+            }
+            match elector.try_acquire_or_renew().await {
+                Ok(Some(started)) => fence.extend(started + timing.renew_deadline),
+                Ok(None) => {
+                    fence.close();
+                    warn!(lease = %elector.name, "another replica holds the lease now: stepping down");
+                }
+                Err(e) => warn!(lease = %elector.name, error = %e, "renewing the lease failed; retrying"),
+            }
+            if !fence.holds() {
+                fence.close();
+                on_change(false);
+                warn!(lease = %elector.name, "lost the lease: no more writes");
+                let _ = lost_tx.send(true);
+                return;
+            }
+        }
+    });
+    Leadership {
+        lost,
+        stop: Some(stop),
+        task,
+    }
+}
+
+impl Leadership {
+    /// Resolves when the lease is lost (never, once it is released).
+    pub async fn lost(&mut self) {
+        if self.lost.wait_for(|lost| *lost).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Stops renewing and releases the lease, so a standby takes over at once.
+    pub async fn release(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMING: Timing = Timing {
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+
+    fn held_by(holder: &str) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(holder.to_owned()),
+            lease_duration_seconds: Some(15),
+            lease_transitions: Some(3),
+            ..LeaseSpec::default()
+        }
+    }
+
+    #[test]
+    fn a_missing_lease_is_created_and_a_released_one_taken_at_once() {
+        let now = Instant::now();
+        assert_eq!(decide(None, "a", now, now, TIMING.lease_duration), Decision::Create);
+        let released = LeaseSpec {
+            holder_identity: None,
+            ..held_by("b")
+        };
+        assert_eq!(
+            decide(Some(&released), "a", now, now, TIMING.lease_duration),
+            Decision::Take
+        );
+        let empty = held_by("");
+        assert_eq!(
+            decide(Some(&empty), "a", now, now, TIMING.lease_duration),
+            Decision::Take
+        );
+    }
+
+    #[test]
+    fn another_holder_is_waited_for_until_its_record_is_unchanged_for_the_lease_duration() {
+        let seen = Instant::now();
+        let spec = held_by("b");
+        let wait = Decision::Wait { holder: "b".to_owned() };
+        assert_eq!(decide(Some(&spec), "a", seen, seen, TIMING.lease_duration), wait);
+        let almost = seen + Duration::from_millis(14_999);
+        assert_eq!(decide(Some(&spec), "a", seen, almost, TIMING.lease_duration), wait);
+        let expired = seen + Duration::from_secs(15);
+        assert_eq!(
+            decide(Some(&spec), "a", seen, expired, TIMING.lease_duration),
+            Decision::Take
+        );
+        let short = LeaseSpec {
+            lease_duration_seconds: Some(1),
+            ..spec
+        };
+        let after_one = seen + Duration::from_secs(1);
+        assert_eq!(
+            decide(Some(&short), "a", seen, after_one, TIMING.lease_duration),
+            Decision::Take,
+            "the record's own duration counts"
+        );
+    }
+
+    #[test]
+    fn our_own_lease_is_renewed() {
+        let now = Instant::now();
+        assert_eq!(
+            decide(Some(&held_by("a")), "a", now, now, TIMING.lease_duration),
+            Decision::Renew
+        );
+    }
+
+    #[test]
+    fn taking_a_lease_counts_a_transition_and_renewing_keeps_the_acquire_time() {
+        let t1 = MicroTime(jiff::Timestamp::from_second(1_000).expect("time"));
+        let t2 = MicroTime(jiff::Timestamp::from_second(2_000).expect("time"));
+        let taken = next_record(Some(&held_by("b")), "a", &TIMING, t1.clone());
+        assert_eq!(taken.holder_identity.as_deref(), Some("a"));
+        assert_eq!(taken.lease_transitions, Some(4));
+        assert_eq!(taken.acquire_time, Some(t1.clone()));
+        assert_eq!(taken.lease_duration_seconds, Some(15));
+        let renewed = next_record(Some(&taken), "a", &TIMING, t2.clone());
+        assert_eq!(renewed.lease_transitions, Some(4));
+        assert_eq!(renewed.acquire_time, Some(t1));
+        assert_eq!(renewed.renew_time, Some(t2));
+        let created = next_record(
+            None,
+            "a",
+            &TIMING,
+            MicroTime(jiff::Timestamp::from_second(5).expect("time")),
+        );
+        assert_eq!(created.lease_transitions, Some(0));
+    }
+
+    #[test]
+    fn the_fence_closes_by_time_alone() {
+        let fence = Fence::closed();
+        assert!(!fence.holds());
+        let now = Instant::now();
+        fence.extend(now + Duration::from_secs(10));
+        assert!(fence.holds_at(now + Duration::from_secs(9)));
+        assert!(
+            !fence.holds_at(now + Duration::from_secs(10)),
+            "no write once the deadline passed"
+        );
+        fence.close();
+        assert!(!fence.holds());
+        assert!(Fence::open().holds_at(now + Duration::from_secs(1_000_000)));
+    }
+
+    #[test]
+    fn the_holder_stops_writing_before_any_standby_may_take_the_lease() {
+        // The holder renews at t0 (request start); a standby sees the new record no earlier.
+        let t0 = Instant::now();
+        let fence = Fence::closed();
+        fence.extend(t0 + TIMING.renew_deadline);
+        let spec = held_by("b");
+        let mut t = t0;
+        while decide(Some(&spec), "a", t0, t, TIMING.lease_duration) != Decision::Take {
+            t += Duration::from_millis(100);
+        }
+        assert!(
+            !fence.holds_at(t),
+            "the old holder could still write when a standby took the lease"
+        );
+        assert!(t.saturating_duration_since(t0) >= TIMING.lease_duration);
+    }
+
+    #[test]
+    fn timing_flags_must_be_ordered() {
+        let args = |l: &str, r: &str, p: &str| ElectionArgs {
+            leader_elect: true,
+            lease_name: "ruleop".to_owned(),
+            lease_namespace: None,
+            lease_duration: l.to_owned(),
+            renew_deadline: r.to_owned(),
+            retry_period: p.to_owned(),
+            shards: 1,
+        };
+        assert_eq!(args("15s", "10s", "2s").timing(), Ok(TIMING));
+        let err = args("10s", "10s", "2s").timing().expect_err("renew must be shorter");
+        assert!(
+            err.contains("--retry-period < --renew-deadline < --lease-duration"),
+            "{err}"
+        );
+        assert!(args("500ms", "400ms", "100ms").timing().is_err());
+        assert!(
+            args("15s", "10s", "soon")
+                .timing()
+                .expect_err("bad")
+                .starts_with("--retry-period")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_closed_fence_refuses_writes_and_lets_reads_through() {
+        use tower::ServiceExt;
+        let fence = Fence::closed();
+        let inner = tower::service_fn(|_: http::Request<()>| async { Ok::<_, BoxError>("sent") });
+        let service = FenceLayer(fence.clone()).layer(inner);
+        let request = |method: http::Method| http::Request::builder().method(method).body(()).expect("request");
+        let read = service.clone().oneshot(request(http::Method::GET)).await;
+        assert_eq!(read.expect("a read passes"), "sent");
+        let dry_run = http::Request::builder()
+            .method(http::Method::PATCH)
+            .uri("/api/v1/namespaces/x/configmaps/ruleop-status?dryRun=All&force=true")
+            .body(())
+            .expect("request");
+        assert_eq!(
+            service.clone().oneshot(dry_run).await.expect("a dry run passes"),
+            "sent"
+        );
+        let write = service.clone().oneshot(request(http::Method::PATCH)).await;
+        let error = write.expect_err("a write is refused");
+        assert!(error.to_string().contains("does not hold the lease"), "{error}");
+        let wrapped = kube::Error::Service(error);
+        assert!(is_fenced(&wrapped), "found through the source chain");
+        assert!(!is_fenced(&kube::Error::LinesCodecMaxLineLengthExceeded));
+        let status_write = crate::apply::ApplyError::Status(Box::new(kube::Error::Service(Box::new(Fenced))));
+        assert!(is_fenced(&status_write), "a fenced status write of a reconcile");
+        fence.extend(Instant::now() + Duration::from_secs(5));
+        let write = service.oneshot(request(http::Method::POST)).await;
+        assert_eq!(write.expect("the holder writes"), "sent");
+    }
+}

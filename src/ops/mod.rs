@@ -1,0 +1,6 @@
+//! Operating ruleop: metrics, health, the admin HTTP server and telemetry.
+
+pub mod admin;
+pub mod health;
+pub mod metrics;
+pub mod telemetry;

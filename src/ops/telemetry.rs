@@ -1,0 +1,97 @@
+//! Logs (text or JSON on stderr) and, with the `otlp` cargo feature and `--otlp-endpoint`, the
+//! same spans exported as OpenTelemetry traces over OTLP/HTTP (protobuf): one trace per
+//! reconcile, its `reconcile` span carrying `rule`, `namespace`, `parent`, `generation` and
+//! `trigger`, inside kube's `reconciling object` span.
+
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
+use crate::cmd::cli::LogFormat;
+
+/// Keeps the trace exporter running; dropping it flushes the spans not sent yet.
+#[derive(Default)]
+pub struct Telemetry {
+    #[cfg(feature = "otlp")]
+    provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        #[cfg(feature = "otlp")]
+        if let Some(provider) = self.provider.take()
+            && let Err(e) = provider.shutdown()
+        {
+            eprintln!("warning: flushing the OTLP trace exporter failed: {e}");
+        }
+    }
+}
+
+/// Installs the global subscriber: `format` logs filtered by `RUST_LOG` (default
+/// `info,kube=warn,kube_runtime::controller=info`) and, given an endpoint, OTLP trace export.
+/// Fails (before anything is installed) when an endpoint is given to a build without the
+/// `otlp` feature, or when the exporter cannot be built.
+pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
+    // kube's `reconciling object` span is kept: it is the parent of each reconcile's span.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,kube_runtime::controller=info"));
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .boxed(),
+    };
+    let (telemetry, traces) = match otlp_endpoint {
+        None => (Telemetry::default(), None),
+        #[cfg(feature = "otlp")]
+        Some(endpoint) => {
+            let (layer, provider) = otlp::layer(endpoint)?;
+            let telemetry = Telemetry {
+                provider: Some(provider),
+            };
+            (telemetry, Some(layer))
+        }
+        #[cfg(not(feature = "otlp"))]
+        Some(_) => {
+            return Err(
+                "error: --otlp-endpoint needs a build with the `otlp` feature (cargo build --features otlp)".to_owned(),
+            );
+        }
+    };
+    let layers: Vec<_> = std::iter::once(logs).chain(traces).collect();
+    tracing_subscriber::registry().with(layers).with(filter).init();
+    Ok(telemetry)
+}
+
+#[cfg(feature = "otlp")]
+mod otlp {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+    use opentelemetry_sdk::Resource;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use tracing_subscriber::{Layer, Registry};
+
+    /// The tracing layer exporting spans to `endpoint` (a collector's OTLP/HTTP base URL such
+    /// as `http://127.0.0.1:4318`, or its full `/v1/traces` URL) and its provider.
+    pub fn layer(endpoint: &str) -> Result<(Box<dyn Layer<Registry> + Send + Sync>, SdkTracerProvider), String> {
+        let endpoint = endpoint.trim_end_matches('/');
+        let url = if endpoint.ends_with("/v1/traces") {
+            endpoint.to_owned()
+        } else {
+            format!("{endpoint}/v1/traces")
+        };
+        let exporter = SpanExporter::builder()
+            .with_http()
+            .with_endpoint(url.clone())
+            .build()
+            .map_err(|e| format!("error: --otlp-endpoint {url}: {e}"))?;
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(Resource::builder().with_service_name("ruleop").build())
+            .build();
+        let tracer = provider.tracer("ruleop");
+        let layer = tracing_opentelemetry::layer().with_tracer(tracer).boxed();
+        Ok((layer, provider))
+    }
+}

@@ -1,0 +1,73 @@
+//! Resolving the kinds rules declare to API resources through discovery, never guessed plurals.
+
+use std::collections::HashMap;
+
+use kube::Client;
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiResource, Scope, pinned_kind};
+
+use crate::engine::rules::RuleSet;
+
+/// A declared kind the API server does not serve.
+#[derive(Debug, thiserror::Error)]
+#[error("rule {rule:?}: {api_version} {kind} is not served by the API server: {source}")]
+pub struct UnknownKind {
+    /// The rule declaring it.
+    pub rule: String,
+    /// Its apiVersion.
+    pub api_version: String,
+    /// Its kind.
+    pub kind: String,
+    /// The discovery error.
+    #[source]
+    pub source: kube::Error,
+}
+
+/// A served kind.
+#[derive(Debug, Clone)]
+pub struct ServedKind {
+    /// The resource (plural, group, version).
+    pub resource: ApiResource,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+}
+
+/// Every kind the current rules use, resolved.
+#[derive(Debug, Clone, Default)]
+pub struct Kinds {
+    served: HashMap<(String, String), ServedKind>,
+}
+
+impl Kinds {
+    /// The served kind for `(apiVersion, kind)`, if resolved.
+    pub fn get(&self, api_version: &str, kind: &str) -> Option<&ServedKind> {
+        self.served.get(&(api_version.to_owned(), kind.to_owned()))
+    }
+
+    /// Resolves every watched and owned kind of `set`, reusing what is already known.
+    pub async fn resolve(&mut self, client: &Client, set: &RuleSet) -> Result<(), UnknownKind> {
+        for rule in &set.rules {
+            let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
+            for (api_version, kind) in std::iter::once(watched)
+                .chain(rule.owned_kinds())
+                .chain(rule.lookup_kinds())
+            {
+                if self.get(&api_version, &kind).is_some() {
+                    continue;
+                }
+                let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+                let gvk = GroupVersionKind::gvk(group, version, &kind);
+                let (resource, capabilities) = pinned_kind(client, &gvk).await.map_err(|source| UnknownKind {
+                    rule: rule.name.clone(),
+                    api_version: api_version.clone(),
+                    kind: kind.clone(),
+                    source,
+                })?;
+                let namespaced = capabilities.scope == Scope::Namespaced;
+                self.served
+                    .insert((api_version, kind), ServedKind { resource, namespaced });
+            }
+        }
+        Ok(())
+    }
+}

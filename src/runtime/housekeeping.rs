@@ -1,0 +1,155 @@
+//! What a controller remembers per parent (failure counts for backoff, our own last status
+//! writes, drift-repair budgets) is forgotten when the parent goes: on its delete event, and on
+//! a relist for parents deleted while the watch was down (no delete event ever comes for them).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::watcher::Event;
+
+use crate::apply::WrittenParents;
+use crate::apply::drift_limit::DriftLimiter;
+use crate::ops::admin::AdminState;
+
+/// Failed reconciles in a row, by parent UID (the backoff exponent).
+pub type FailureCounts = Mutex<HashMap<String, u32>>;
+
+/// The per-parent maps of one rule's controller.
+#[derive(Debug, Default, Clone)]
+pub struct ParentMemory {
+    /// Failed reconciles in a row.
+    pub failures: Arc<FailureCounts>,
+    /// Our own last status writes.
+    pub written: Arc<WrittenParents>,
+    /// Drift-repair budgets.
+    pub drift: Arc<DriftLimiter>,
+}
+
+impl ParentMemory {
+    /// Forgets one parent.
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.remove(uid);
+        }
+        self.written.forget(uid);
+        self.drift.forget(uid);
+    }
+
+    /// Keeps only the parents in `live`.
+    pub fn retain(&self, live: &HashSet<String>) {
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.retain(|uid, _| live.contains(uid));
+        }
+        self.written.retain(live);
+        self.drift.retain(live);
+    }
+
+    /// Parents remembered in any map.
+    pub fn len(&self) -> usize {
+        self.failures.lock().map_or(0, |f| f.len()) + self.written.len() + self.drift.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Publishes [`ParentMemory::len`] as `ruleop_parents_remembered{rule}`.
+    pub fn publish(&self, admin: &AdminState, rule: &str) {
+        admin.metrics.parents_remembered(rule, self.len());
+    }
+}
+
+/// Follows a parent watch stream and forgets parents that are gone.
+pub struct Housekeeping {
+    memory: ParentMemory,
+    admin: Arc<AdminState>,
+    rule: String,
+    relist: Option<HashSet<String>>,
+}
+
+impl Housekeeping {
+    /// Housekeeping of `memory` for rule `rule`.
+    pub fn new(memory: ParentMemory, admin: Arc<AdminState>, rule: String) -> Self {
+        Housekeeping {
+            memory,
+            admin,
+            rule,
+            relist: None,
+        }
+    }
+
+    /// Observes one event of the parent watch.
+    pub fn observe(&mut self, event: &Event<DynamicObject>) {
+        match event {
+            Event::Delete(parent) => {
+                self.memory.forget(&parent.uid().unwrap_or_default());
+            }
+            Event::Init => self.relist = Some(HashSet::new()),
+            Event::InitApply(parent) => {
+                if let Some(live) = self.relist.as_mut() {
+                    live.insert(parent.uid().unwrap_or_default());
+                }
+            }
+            Event::InitDone => {
+                if let Some(live) = self.relist.take() {
+                    self.memory.retain(&live);
+                }
+            }
+            Event::Apply(parent) => {
+                self.memory
+                    .written
+                    .caught_up(&parent.uid().unwrap_or_default(), parent.resource_version().as_deref());
+                self.memory.drift.forget_settled(Instant::now());
+            }
+        }
+        self.memory.publish(&self.admin, &self.rule);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parent(uid: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "myorg.io/v1", "kind": "Database",
+            "metadata": {"name": uid, "namespace": "ns", "uid": uid, "resourceVersion": "1"},
+        }))
+        .expect("parent")
+    }
+
+    fn remember(memory: &ParentMemory, uid: &str) {
+        memory.failures.lock().expect("lock").insert(uid.to_owned(), 3);
+        memory.drift.decide(uid, Instant::now());
+    }
+
+    #[test]
+    fn a_deleted_parent_and_parents_missing_from_a_relist_are_forgotten() {
+        let memory = ParentMemory::default();
+        let admin = Arc::new(AdminState::default());
+        let mut housekeeping = Housekeeping::new(memory.clone(), admin.clone(), "db".to_owned());
+        for uid in ["a", "b", "c"] {
+            remember(&memory, uid);
+        }
+        assert_eq!(memory.len(), 6);
+        housekeeping.observe(&Event::Delete(parent("a")));
+        assert_eq!(memory.len(), 4);
+        assert!(
+            admin
+                .metrics
+                .render()
+                .contains("ruleop_parents_remembered{rule=\"db\"} 4\n")
+        );
+
+        housekeeping.observe(&Event::Init);
+        housekeeping.observe(&Event::InitApply(parent("c")));
+        housekeeping.observe(&Event::InitDone);
+        assert_eq!(memory.len(), 2, "b was deleted while the watch was down");
+        assert!(memory.failures.lock().expect("lock").contains_key("c"));
+    }
+}

@@ -1,0 +1,527 @@
+//! `ruleop run`: load the rules, resolve kinds, start one controller per rule, serve the admin
+//! endpoints, and on SIGTERM/SIGINT stop gracefully (in-flight reconciles finish).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Recorder, Reporter};
+use tracing::{debug, error, info, warn};
+
+use crate::cmd::cli::Sources;
+use crate::engine::rules::RuleSet;
+use crate::engine::rules::load::load;
+use crate::ha::leader::{self, Election, Elector, Fence, Leadership};
+use crate::ha::shard::{self, Writers};
+use crate::ops::admin::{self, AdminState};
+use crate::ops::health::Health;
+use crate::runtime::controller::{self, RunningController, Shared, child_kinds};
+use crate::runtime::discovery::Kinds;
+use crate::runtime::reload::{DirWatcher, fingerprint};
+
+/// Settings of the operator.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// Where the rules and templates are.
+    pub sources: Sources,
+    /// Only watch this namespace.
+    pub namespace: Option<String>,
+    /// Resync for rules without `resync`.
+    pub default_resync: Duration,
+    /// Address of `/metrics`, `/healthz`, `/readyz`.
+    pub admin_addr: SocketAddr,
+    /// Quiet time after a file event before reloading.
+    pub reload_debounce: Duration,
+    /// Re-read period when no file event arrives (the fallback).
+    pub reload_interval: Duration,
+    /// Namespace of the `ruleop-status` ConfigMap reporting the rules' state.
+    pub status_namespace: String,
+    /// Leader election (`--leader-elect`): only the holder of the lease reconciles and writes.
+    pub election: Option<Election>,
+}
+
+/// The running controllers, kept in step with the current rule set.
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    running: BTreeMap<String, RunningController>,
+}
+
+impl Supervisor {
+    /// A supervisor with no controllers yet.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Supervisor {
+            shared,
+            running: BTreeMap::new(),
+        }
+    }
+
+    /// Makes the running controllers match `set`: start new rules, restart rules whose kinds
+    /// changed, stop removed rules (their children stay in place), and re-reconcile every
+    /// parent of a rule whose content changed.
+    pub async fn sync(&mut self, set: &RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
+        let gone: Vec<String> = self
+            .running
+            .keys()
+            .filter(|name| set.rule(name).is_none())
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(running) = self.running.remove(&name) {
+                info!(rule = %name, "rule removed; stopping its controller (children are left in place)");
+                running.stop().await;
+            }
+        }
+        for rule in &set.rules {
+            let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
+            let same_kinds = self.running.get(&rule.name).is_some_and(|r| {
+                r.watched == watched && r.owned == child_kinds(rule) && r.looked_up == rule.lookup_kinds()
+            });
+            if same_kinds {
+                if let Some(running) = self.running.get_mut(&rule.name)
+                    && running.digest != rule.digest
+                {
+                    info!(rule = %rule.name, "rule changed; re-reconciling every parent");
+                    running.digest = rule.digest.clone();
+                    running.reconcile_all();
+                }
+                continue;
+            }
+            if let Some(old) = self.running.remove(&rule.name) {
+                old.stop().await;
+            }
+            let started = controller::start(self.shared.clone(), rule, kinds)
+                .with_context(|| format!("starting the controller of rule {:?}", rule.name))?;
+            self.running.insert(rule.name.clone(), started);
+        }
+        Ok(())
+    }
+
+    /// Stops every controller, letting in-flight reconciles finish.
+    pub async fn shutdown(self) {
+        for (_, running) in self.running {
+            running.stop().await;
+        }
+    }
+}
+
+/// Runs the operator until SIGTERM or SIGINT.
+pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
+    // First of all: a SIGTERM during start-up then means a graceful stop once started.
+    let shutdown = shutdown_signal();
+    // Taken before reading, so an edit racing the first load is reloaded, not missed.
+    let loaded_fingerprint = fingerprint(&settings.sources.rules, &settings.sources.templates);
+    let mut set = load(&settings.sources.rules, &settings.sources.templates)
+        .map_err(|d| anyhow::anyhow!("the rules are invalid:\n{d}"))?;
+    // With shards, each shard fences its own writes (src/shard.rs); the process-wide client
+    // is fenced only by a single leader lease.
+    let sharded = settings.election.as_ref().filter(|e| e.shards > 1).cloned();
+    let fence = if settings.election.is_some() && sharded.is_none() {
+        Fence::closed()
+    } else {
+        Fence::open()
+    };
+    let (client, lease_client) = leader::clients(fence.clone())
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let mut kinds = Kinds::default();
+    kinds.resolve(&client, &set).await?;
+    check_scopes(&mut set, &kinds)?;
+    let status = StatusReporter::new(client.clone(), &settings.status_namespace);
+    if let Err(e) = status.check_writable().await {
+        if matches!(&e, kube::Error::Api(status) if status.code == 403) {
+            anyhow::bail!(
+                "ruleop may not write the ConfigMap {}/{STATUS_CONFIGMAP}, where it reports the state of the rules ({}). \
+                 Grant its ServiceAccount get/create/patch on ConfigMaps in that namespace, or set \
+                 --status-namespace (or POD_NAMESPACE) to a namespace where it may",
+                settings.status_namespace,
+                crate::engine::diagnostic::bounded(&e.to_string(), 500)
+            );
+        }
+        warn!(error = %e, "cannot check that the {STATUS_CONFIGMAP} ConfigMap is writable");
+    }
+    let admin = Arc::new(AdminState::default());
+    Health::spawn_heartbeat(admin.health.clone());
+    let bound = admin::serve(settings.admin_addr, admin.clone())
+        .await
+        .context("binding the admin address")?;
+    info!(%bound, "admin endpoints listening (/metrics, /healthz, /readyz)");
+    tokio::pin!(shutdown);
+    let mut leadership = None;
+    // Without leader election this replica is the only writer.
+    admin.metrics.set_leader(settings.election.is_none());
+    let reporter = Reporter {
+        controller: "ruleop".to_owned(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let recorder = Recorder::new(client.clone(), reporter.clone());
+    // Sharded: every replica starts its controllers (and caches) at once and reconciles the
+    // parents of the shards it holds. Otherwise a standby waits here for the leader lease.
+    let (writers, sharding) = match &sharded {
+        Some(election) => {
+            let writers = Arc::new(Writers::sharded(&client, election.shards, &reporter));
+            let sharding = shard::start(lease_client.clone(), election, writers.clone(), admin.clone());
+            (writers, Some(sharding))
+        }
+        None => (Arc::new(Writers::single(client.clone(), recorder.clone())), None),
+    };
+    if let Some(election) = settings.election.as_ref().filter(|_| sharded.is_none()) {
+        // A standby is ready: it serves nothing, but must not fail its probes while it waits.
+        admin.health.set_started(true);
+        admin.metrics.set_leader(false);
+        let elector = Elector::new(
+            lease_client,
+            &election.namespace,
+            &election.name,
+            &election.identity,
+            election.timing,
+        );
+        let gauge = admin.clone();
+        let on_change = move |leading: bool| gauge.metrics.set_leader(leading);
+        tokio::select! {
+            held = leader::acquire(elector, fence.clone(), on_change) => leadership = Some(held),
+            () = &mut shutdown => {
+                info!("shutting down while standing by");
+                return Ok(());
+            }
+        }
+    }
+    let shared = Arc::new(Shared {
+        recorder,
+        writers,
+        client,
+        current: std::sync::RwLock::new((Arc::new(set), Arc::new(kinds))),
+        admin: admin.clone(),
+        default_resync: settings.default_resync,
+        namespace: settings.namespace.clone(),
+    });
+    let mut supervisor = Supervisor::new(shared.clone());
+    let (set, kinds) = shared.snapshot();
+    supervisor.sync(&set, &kinds).await?;
+    admin.health.set_started(true);
+    info!(rules = set.rules.len(), "ruleop running");
+    let mut reloader = Reloader {
+        fingerprint: loaded_fingerprint,
+        status,
+        settings: settings.clone(),
+        shared: shared.clone(),
+        supervisor,
+        retry: None,
+    };
+    let _ = reloader
+        .status
+        .report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint)
+        .await;
+    let (mut watcher, watch_error) =
+        DirWatcher::new(&[settings.sources.rules.clone(), settings.sources.templates.clone()]);
+    if let Some(e) = watch_error {
+        warn!(error = %e, "cannot watch the rule directories; re-reading every --reload-interval only");
+    }
+    // A standby may have waited long: pick up what changed on disk meanwhile.
+    reloader.reload().await;
+    let mut lost = false;
+    loop {
+        let retry_at = reloader.retry.map(|(at, _)| at);
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = lease_lost(&mut leadership) => {
+                lost = true;
+                break;
+            }
+            () = watcher.changed(settings.reload_debounce, settings.reload_interval) => reloader.reload().await,
+            () = sleep_until(retry_at) => reloader.reload().await,
+        }
+    }
+    info!("shutting down: letting in-flight reconciles finish");
+    admin.health.set_started(false);
+    reloader.supervisor.shutdown().await;
+    if lost {
+        // Exiting makes the replica a fresh standby after its restart, with empty caches.
+        anyhow::bail!("lost the lease; stopped writing and exiting");
+    }
+    if let Some(leadership) = leadership {
+        leadership.release().await;
+    }
+    if let Some(sharding) = sharding {
+        sharding.release().await;
+    }
+    Ok(())
+}
+
+/// Resolves when a held lease is lost; never without leader election.
+async fn lease_lost(leadership: &mut Option<Leadership>) {
+    match leadership {
+        Some(leadership) => leadership.lost().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn rule_names(set: &RuleSet) -> String {
+    set.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(",")
+}
+
+/// The first wait before retrying a rule set that failed for a reason outside its files (a kind
+/// not served yet, a controller that did not start); it doubles up to [`RETRY_MAX`].
+pub const RETRY_MIN: Duration = Duration::from_secs(1);
+/// The longest wait between retries: a CRD created after its rule takes effect within this.
+pub const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Serialised reloads: one at a time, each building a complete new rule set.
+struct Reloader {
+    settings: RunSettings,
+    shared: Arc<Shared>,
+    supervisor: Supervisor,
+    /// The files last dealt with for good: put in force, or rejected for their content. A set
+    /// that failed for a passing reason (discovery, a controller start) is not recorded, so it
+    /// is tried again.
+    fingerprint: String,
+    /// After such a failure: when to try again and the wait that led there.
+    retry: Option<(tokio::time::Instant, Duration)>,
+    status: StatusReporter,
+}
+
+impl Reloader {
+    /// Rebuilds the rule set if the files changed (or a retry is due). Valid: swap it in and
+    /// re-sync controllers. Invalid: keep the last good set running and report every error with
+    /// its location. Not resolvable yet: report it and retry with backoff.
+    async fn reload(&mut self) {
+        let sources = &self.settings.sources;
+        let fingerprint = fingerprint(&sources.rules, &sources.templates);
+        if fingerprint == self.fingerprint {
+            self.retry = None;
+            return;
+        }
+        let started = std::time::Instant::now();
+        let metrics = &self.shared.admin.metrics;
+        let mut set = match load(&sources.rules, &sources.templates) {
+            Ok(set) => set,
+            Err(diagnostics) => {
+                for diagnostic in &diagnostics.0 {
+                    error!(%diagnostic, "rule reload rejected; the last good rules keep running");
+                }
+                metrics.reloaded("invalid");
+                self.fingerprint = fingerprint.clone();
+                self.retry = None;
+                let _ = self
+                    .status
+                    .report(ReloadState::Rejected(diagnostics.to_string()), "", &fingerprint)
+                    .await;
+                return;
+            }
+        };
+        let (_, current_kinds) = self.shared.snapshot();
+        let mut kinds = (*current_kinds).clone();
+        if let Err(e) = kinds.resolve(&self.shared.client, &set).await {
+            // The kind may be served later (its CRD applied after the rule): try again.
+            self.retry_later(
+                &fingerprint,
+                "the rules name a kind the API server does not serve",
+                &e.to_string(),
+            )
+            .await;
+            return;
+        }
+        if let Err(e) = check_scopes(&mut set, &kinds) {
+            error!(error = %e, "rule reload rejected; the last good rules keep running");
+            metrics.reloaded("invalid");
+            self.fingerprint = fingerprint.clone();
+            self.retry = None;
+            let _ = self
+                .status
+                .report(ReloadState::Rejected(e.to_string()), "", &fingerprint)
+                .await;
+            return;
+        }
+        let (set, kinds) = (Arc::new(set), Arc::new(kinds));
+        match self.shared.current.write() {
+            Ok(mut current) => *current = (set.clone(), kinds.clone()),
+            Err(poisoned) => *poisoned.into_inner() = (set.clone(), kinds.clone()),
+        }
+        if let Err(e) = self.supervisor.sync(&set, &kinds).await {
+            self.retry_later(
+                &fingerprint,
+                "starting controllers for the new rules failed",
+                &format!("{e:#}"),
+            )
+            .await;
+            return;
+        }
+        self.fingerprint = fingerprint.clone();
+        self.retry = None;
+        self.shared.admin.metrics.reloaded("ok");
+        info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
+        let _ = self
+            .status
+            .report(ReloadState::Loaded, &rule_names(&set), &fingerprint)
+            .await;
+    }
+
+    /// Reports a failure that may pass and schedules the next attempt.
+    async fn retry_later(&mut self, fingerprint: &str, what: &str, error: &str) {
+        let delay = self.retry.map_or(RETRY_MIN, |(_, last)| (last * 2).min(RETRY_MAX));
+        self.retry = Some((tokio::time::Instant::now() + delay, delay));
+        warn!(%error, retry_in = ?delay, "rule reload failed: {what}; the last good rules keep running");
+        self.shared.admin.metrics.reloaded("retrying");
+        let errors = format!(
+            "{error}\n(retrying with backoff, at least every {}s)",
+            RETRY_MAX.as_secs()
+        );
+        let _ = self.status.report(ReloadState::Rejected(errors), "", fingerprint).await;
+    }
+}
+
+/// Parents must be namespaced (the engine's children point at them by ownerReference or by a
+/// `namespace/name` annotation); records which child and action kinds are cluster-scoped, as
+/// discovery says, so planning places them right.
+pub fn check_scopes(set: &mut RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
+    for rule in &mut set.rules {
+        let watch = &rule.spec.watch;
+        if kinds
+            .get(&watch.api_version, &watch.kind)
+            .is_some_and(|k| !k.namespaced)
+        {
+            anyhow::bail!(
+                "rule {:?}: watched kind {} is cluster-scoped; only namespaced parents are supported",
+                rule.name,
+                watch.kind
+            );
+        }
+        rule.set_scopes(|api_version, kind| kinds.get(api_version, kind).map(|k| !k.namespaced));
+    }
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT. The handlers are installed here, when it is called, not when
+/// the future is first polled: until then a SIGTERM would kill the process without a graceful stop
+/// (start-up can take seconds before the main loop first polls it).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let terminate = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        let wait = |installed: std::io::Result<tokio::signal::unix::Signal>, name: &'static str| async move {
+            match installed {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(e) => {
+                    error!(error = %e, "cannot listen for {name}");
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            () = wait(terminate, "SIGTERM") => {},
+            () = wait(interrupt, "SIGINT") => {},
+        }
+    }
+}
+
+/// The outcome of the latest (re)load.
+enum ReloadState {
+    /// The rules in force were loaded from the current files.
+    Loaded,
+    /// The current files are invalid (every error with its location); older rules are in force.
+    Rejected(String),
+}
+
+/// Writes the `ruleop-status` ConfigMap, where users look after editing rules.
+struct StatusReporter {
+    api: Api<k8s_openapi::api::core::v1::ConfigMap>,
+    /// What the ConfigMap says (state, errors, fingerprint, rules), once known.
+    last: Option<[String; 4]>,
+}
+
+impl StatusReporter {
+    fn new(client: Client, namespace: &str) -> Self {
+        StatusReporter {
+            api: Api::namespaced(client, namespace),
+            last: None,
+        }
+    }
+
+    /// Whether ruleop may write the ConfigMap: a server-side dry run, which is authorized like
+    /// the real write but stores nothing.
+    async fn check_writable(&self) -> Result<(), kube::Error> {
+        let object = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": STATUS_CONFIGMAP},
+        });
+        let params = PatchParams::apply(crate::apply::FIELD_MANAGER).force().dry_run();
+        self.api
+            .patch(STATUS_CONFIGMAP, &params, &Patch::Apply(&object))
+            .await
+            .map(drop)
+    }
+
+    /// Writes the state unless the ConfigMap already says it (a restart over unchanged rules
+    /// writes nothing). A failure is logged and returned.
+    async fn report(&mut self, state: ReloadState, rules: &str, fingerprint: &str) -> Result<(), kube::Error> {
+        let (state, errors) = match state {
+            ReloadState::Loaded => ("Loaded", String::new()),
+            ReloadState::Rejected(errors) => ("Rejected", errors),
+        };
+        let said = [
+            state.to_owned(),
+            errors.clone(),
+            fingerprint.to_owned(),
+            rules.to_owned(),
+        ];
+        if self.last.is_none() {
+            // After a restart: what is there may already say it.
+            if let Ok(Some(existing)) = self.api.get_opt(STATUS_CONFIGMAP).await {
+                let data = existing.data.unwrap_or_default();
+                let field = |key: &str| data.get(key).cloned().unwrap_or_default();
+                self.last = Some([
+                    field("state"),
+                    field("errors"),
+                    field("fingerprint"),
+                    field("rulesInForce"),
+                ]);
+            }
+        }
+        if self.last.as_ref() == Some(&said) {
+            debug!(state, "the {STATUS_CONFIGMAP} ConfigMap already says so; not written");
+            return Ok(());
+        }
+        let mut data = serde_json::json!({
+            "state": state,
+            "errors": errors,
+            "fingerprint": fingerprint,
+            "updatedAt": crate::runtime::clock::now_rfc3339(),
+        });
+        if !rules.is_empty() {
+            data["rulesInForce"] = serde_json::json!(rules);
+        }
+        let object = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": STATUS_CONFIGMAP, "labels": {"app.kubernetes.io/managed-by": "ruleop"}},
+            "data": data,
+        });
+        let params = PatchParams::apply(crate::apply::FIELD_MANAGER).force();
+        match self.api.patch(STATUS_CONFIGMAP, &params, &Patch::Apply(&object)).await {
+            Ok(_) => {
+                self.last = Some(said);
+                Ok(())
+            }
+            Err(e) => {
+                warn!(error = %e, "writing the {STATUS_CONFIGMAP} ConfigMap failed");
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Name of the ConfigMap reporting the state of the rules.
+pub const STATUS_CONFIGMAP: &str = "ruleop-status";
