@@ -578,17 +578,12 @@ impl RuleChecker<'_> {
             }
             self.check_expression(wait_for, &format!("actions.{id}.waitFor"));
         }
-        if let Some(timeout) = &action.timeout {
-            if action.wait_for.is_none() {
-                self.report(
-                    self.at(timeout),
-                    format!("action {id:?}: timeout bounds waitFor, which is not set"),
-                    None,
-                );
-            }
-            if let Err(e) = duration::parse(&timeout.value) {
-                self.report(self.at(timeout), format!("action {id:?}: timeout: {e}"), None);
-            }
+        // `timeout` bounds the whole run, `waitFor` or not: a run that keeps failing holds the
+        // deletion no longer than it either.
+        if let Some(timeout) = &action.timeout
+            && let Err(e) = duration::parse(&timeout.value)
+        {
+            self.report(self.at(timeout), format!("action {id:?}: timeout: {e}"), None);
         }
     }
 
