@@ -56,6 +56,7 @@ fn main() -> ExitCode {
             otlp_endpoint,
             reload_debounce,
             reload_interval,
+            shutdown_timeout,
             status_namespace,
             initial_list,
             election,
@@ -75,10 +76,11 @@ fn main() -> ExitCode {
                     .map_err(|e| format!("error: --default-resync: {e}")),
                 parse("reload-debounce", &reload_debounce),
                 parse("reload-interval", &reload_interval),
+                parse("shutdown-timeout", &shutdown_timeout),
             );
-            let (default_resync, reload_debounce, reload_interval) = match durations {
-                (Ok(a), Ok(b), Ok(c)) => (a, b, c),
-                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            let (default_resync, reload_debounce, reload_interval, shutdown_timeout) = match durations {
+                (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
+                (Err(e), _, _, _) | (_, Err(e), _, _) | (_, _, Err(e), _) | (_, _, _, Err(e)) => {
                     eprintln!("{e}");
                     return ExitCode::from(2);
                 }
@@ -122,10 +124,17 @@ fn main() -> ExitCode {
                 admin_addr,
                 reload_debounce,
                 reload_interval,
+                shutdown_timeout,
                 status_namespace,
                 election,
             };
-            return match tokio::runtime::Runtime::new().map(|rt| rt.block_on(run(settings))) {
+            let finished = tokio::runtime::Runtime::new().map(|rt| {
+                let result = rt.block_on(run(settings));
+                // Dropping a runtime waits for its blocking tasks without a bound.
+                rt.shutdown_timeout(std::time::Duration::from_secs(1));
+                result
+            });
+            return match finished {
                 Ok(Ok(())) => ExitCode::SUCCESS,
                 Ok(Err(e)) => {
                     eprintln!("error: {e:#}");

@@ -164,6 +164,33 @@ fn a_reconcile_waiting_for_a_cache_that_cannot_sync_does_not_block_shutdown() {
 }
 
 #[test]
+fn sigterm_at_a_random_point_of_start_up_ends_the_process_within_the_shutdown_timeout() {
+    install_crds();
+    let ns = Namespace::new("health-sigterm");
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    let seed = test_seed("sigterm_at_a_random_point_of_start_up");
+    let bound = Duration::from_secs(3);
+    for round in 0..6 {
+        let delay = Duration::from_millis(seeded_below(seed, round, 2_500));
+        let operator = Operator::launch(
+            &control_plane().kubeconfig,
+            &root().join("rules"),
+            &templates(),
+            &ns.0,
+            &["--shutdown-timeout", "3s"],
+        );
+        std::thread::sleep(delay);
+        let took = operator.terminate_within(bound + Duration::from_secs(2));
+        eprintln!("round {round}: SIGTERM {delay:?} after the start, exit after {took:?}");
+        let took = took.unwrap_or_else(|| panic!("round {round}: still running 5 s after SIGTERM (seed {seed})"));
+        assert!(
+            took <= bound + Duration::from_millis(500),
+            "round {round}: {took:?} (seed {seed})"
+        );
+    }
+}
+
+#[test]
 fn a_watch_lists_first_by_streaming_or_page_by_page_as_told_and_is_ready_only_once_listed() {
     install_crds();
     for (flag, expected) in [("auto", "streaming"), ("streaming", "streaming"), ("paged", "paged")] {

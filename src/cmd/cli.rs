@@ -76,6 +76,11 @@ pub enum Command {
         /// Re-read the directories this often even without file events (fallback).
         #[arg(long, env = "RULEOP_RELOAD_INTERVAL", default_value = "60s")]
         reload_interval: String,
+        /// How long a stop (SIGTERM or SIGINT) may take: in-flight reconciles get most of it, the
+        /// leases are released in the rest, and then the process exits whatever is still running.
+        /// A second SIGTERM or SIGINT exits at once.
+        #[arg(long, env = "RULEOP_SHUTDOWN_TIMEOUT", default_value = "10s")]
+        shutdown_timeout: String,
         /// Namespace of the `ruleop-status` ConfigMap that reports the rules in force and the
         /// errors of a rejected edit (default: POD_NAMESPACE, else --namespace, else default).
         #[arg(long, env = "RULEOP_STATUS_NAMESPACE")]

@@ -231,11 +231,14 @@ impl RunningController {
     }
 
     /// Stops watching; in-flight reconciles finish first (those still waiting for a worker are
-    /// dropped).
-    pub async fn stop(self) {
+    /// dropped). What has not finished by `deadline` is aborted, so a stop always ends.
+    pub async fn stop_by(mut self, deadline: tokio::time::Instant) {
         self.workers.close();
         let _ = self.stop.send(());
-        let _ = self.task.await;
+        if tokio::time::timeout_at(deadline, &mut self.task).await.is_err() {
+            self.task.abort();
+            warn!(watch = %format!("{} {}", self.watched.0, self.watched.1), "the controller did not stop in time; aborted");
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
+use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::cmd::cli::Sources;
@@ -22,6 +23,10 @@ use crate::ops::health::Health;
 use crate::runtime::controller::{self, RunningController, Shared, child_kinds};
 use crate::runtime::discovery::Kinds;
 use crate::runtime::reload::{DirWatcher, fingerprint};
+use crate::runtime::shutdown;
+
+/// How long a controller replaced or removed by a reload may take to finish its reconciles.
+const CONTROLLER_STOP: Duration = Duration::from_secs(30);
 
 /// Settings of the operator.
 #[derive(Debug, Clone)]
@@ -38,6 +43,8 @@ pub struct RunSettings {
     pub reload_debounce: Duration,
     /// Re-read period when no file event arrives (the fallback).
     pub reload_interval: Duration,
+    /// How long a stop may take before the process exits whatever still runs.
+    pub shutdown_timeout: Duration,
     /// Namespace of the `ruleop-status` ConfigMap reporting the rules' state.
     pub status_namespace: String,
     /// Leader election (`--leader-elect`): only the holder of the lease reconciles and writes.
@@ -72,7 +79,7 @@ impl Supervisor {
         for name in gone {
             if let Some(running) = self.running.remove(&name) {
                 info!(rule = %name, "rule removed; stopping its controller (children are left in place)");
-                running.stop().await;
+                running.stop_by(Instant::now() + CONTROLLER_STOP).await;
             }
         }
         for rule in &set.rules {
@@ -91,7 +98,7 @@ impl Supervisor {
                 continue;
             }
             if let Some(old) = self.running.remove(&rule.name) {
-                old.stop().await;
+                old.stop_by(Instant::now() + CONTROLLER_STOP).await;
             }
             let started = controller::start(self.shared.clone(), rule, kinds)
                 .with_context(|| format!("starting the controller of rule {:?}", rule.name))?;
@@ -100,18 +107,17 @@ impl Supervisor {
         Ok(())
     }
 
-    /// Stops every controller, letting in-flight reconciles finish.
-    pub async fn shutdown(self) {
-        for (_, running) in self.running {
-            running.stop().await;
-        }
+    /// Stops every controller at once, letting in-flight reconciles finish until `deadline`.
+    pub async fn shutdown_by(self, deadline: Instant) {
+        futures::future::join_all(self.running.into_values().map(|running| running.stop_by(deadline))).await;
     }
 }
 
 /// Runs the operator until SIGTERM or SIGINT.
 pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
-    // First of all: a SIGTERM during start-up then means a graceful stop once started.
-    let shutdown = shutdown_signal();
+    // First of all: a SIGTERM during start-up then means a graceful stop once started, and the
+    // stop is bounded from the first signal on, wherever the process is.
+    let shutdown = shutdown::install(settings.shutdown_timeout);
     // Taken before reading, so an edit racing the first load is reloaded, not missed.
     let loaded_fingerprint = fingerprint(&settings.sources.rules, &settings.sources.templates);
     let mut set = load(&settings.sources.rules, &settings.sources.templates)
@@ -235,18 +241,24 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
             () = sleep_until(retry_at) => reloader.reload().await,
         }
     }
-    info!("shutting down: letting in-flight reconciles finish");
+    info!(timeout = ?settings.shutdown_timeout, "shutting down: letting in-flight reconciles finish");
+    let (controllers_by, released_by) = shutdown::deadlines(Instant::now(), settings.shutdown_timeout);
     admin.health.set_started(false);
-    reloader.supervisor.shutdown().await;
+    reloader.supervisor.shutdown_by(controllers_by).await;
     if lost {
         // Exiting makes the replica a fresh standby after its restart, with empty caches.
         anyhow::bail!("lost the lease; stopped writing and exiting");
     }
-    if let Some(leadership) = leadership {
-        leadership.release().await;
-    }
-    if let Some(sharding) = sharding {
-        sharding.release().await;
+    let release = async {
+        if let Some(leadership) = leadership {
+            leadership.release().await;
+        }
+        if let Some(sharding) = sharding {
+            sharding.release().await;
+        }
+    };
+    if tokio::time::timeout_at(released_by, release).await.is_err() {
+        warn!("the leases were not released in time; other replicas take over when they expire");
     }
     Ok(())
 }
@@ -400,32 +412,6 @@ pub fn check_scopes(set: &mut RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
         rule.set_scopes(|api_version, kind| kinds.get(api_version, kind).map(|k| !k.namespaced));
     }
     Ok(())
-}
-
-/// Resolves on SIGTERM or SIGINT. The handlers are installed here, when it is called, not when
-/// the future is first polled: until then a SIGTERM would kill the process without a graceful stop
-/// (start-up can take seconds before the main loop first polls it).
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let terminate = signal(SignalKind::terminate());
-    let interrupt = signal(SignalKind::interrupt());
-    async move {
-        let wait = |installed: std::io::Result<tokio::signal::unix::Signal>, name: &'static str| async move {
-            match installed {
-                Ok(mut signal) => {
-                    signal.recv().await;
-                }
-                Err(e) => {
-                    error!(error = %e, "cannot listen for {name}");
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        tokio::select! {
-            () = wait(terminate, "SIGTERM") => {},
-            () = wait(interrupt, "SIGINT") => {},
-        }
-    }
 }
 
 /// The outcome of the latest (re)load.

@@ -336,6 +336,15 @@ impl Operator {
 
     /// Like [`Operator::start_on`], returning once the admin endpoints answer, ready or not.
     pub fn spawn_on(kubeconfig: &Path, rules: &Path, templates: &Path, namespace: &str, extra: &[&str]) -> Self {
+        let operator = Self::launch(kubeconfig, rules, templates, namespace, extra);
+        wait_until(Duration::from_secs(30), "ruleop's admin endpoints", || {
+            operator.get_status("/healthz").is_some()
+        });
+        operator
+    }
+
+    /// Starts `ruleop run` and returns at once, before it has done anything.
+    pub fn launch(kubeconfig: &Path, rules: &Path, templates: &Path, namespace: &str, extra: &[&str]) -> Self {
         let admin = format!("127.0.0.1:{}", free_port());
         let log = std::env::temp_dir().join(format!("ruleop-{namespace}-{}.log", free_port()));
         let log_file = std::fs::File::create(&log).expect("log file");
@@ -357,11 +366,7 @@ impl Operator {
             .stderr(log_file)
             .spawn()
             .expect("start ruleop");
-        let operator = Operator { child, admin, log };
-        wait_until(Duration::from_secs(30), "ruleop's admin endpoints", || {
-            operator.get_status("/healthz").is_some()
-        });
-        operator
+        Operator { child, admin, log }
     }
 
     /// Whether `/readyz` answers 200 `ok`.
@@ -465,6 +470,24 @@ impl Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
         false
+    }
+
+    /// Sends SIGTERM and returns how long it took to exit, or `None` if it still ran after
+    /// `within` (then it is killed).
+    pub fn terminate_within(mut self, within: Duration) -> Option<Duration> {
+        let sent = Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        while sent.elapsed() < within {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Some(sent.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        None
     }
 
     /// Kills it with SIGKILL (no chance to clean up).
@@ -592,6 +615,25 @@ pub fn templates_with(extra: &[(&str, &str)]) -> tempfile::TempDir {
         std::fs::write(path, text).expect("write template");
     }
     dir
+}
+
+/// The seed of a test's random timings: `RULEOP_TEST_SEED` when set (to replay a failure), else
+/// the clock's nanoseconds. Printed, so that a failing run says how to replay it.
+pub fn test_seed(test: &str) -> u64 {
+    let seed = std::env::var("RULEOP_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| random_below(u64::from(u32::MAX)));
+    eprintln!("{test}: RULEOP_TEST_SEED={seed}");
+    seed
+}
+
+/// The `round`-th value below `limit` of the sequence `seed` starts (splitmix64).
+pub fn seeded_below(seed: u64, round: u64, limit: u64) -> u64 {
+    let mut z = seed.wrapping_add(round.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % limit
 }
 
 /// Poor man's randomness for kill timings: the clock's nanoseconds.
