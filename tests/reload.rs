@@ -257,6 +257,60 @@ fn a_rule_for_a_kind_not_served_yet_is_rejected_then_loads_once_its_crd_exists()
 }
 
 #[test]
+fn at_start_up_a_rule_whose_crd_is_missing_waits_alone_while_the_other_rules_run() {
+    install_crds();
+    let kind = CustomKind::new("startup-missing", "Widget");
+    kind.uninstall();
+    let ns = Namespace::new("startup-missing");
+    let mut rule_files = files_under(&root().join("rules"));
+    let (widget_rule, widget_template) = kind.config_map_rule_files("widget");
+    rule_files.extend(widget_rule);
+    let mut template_files = files_under(&templates());
+    template_files.extend(widget_template);
+    let rules = Mount::new(&rule_files);
+    let templates_mount = Mount::new(&template_files);
+    let operator = Operator::spawn_on(
+        &control_plane().kubeconfig,
+        rules.path(),
+        templates_mount.path(),
+        &ns.0,
+        RELOAD_FLAGS,
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "the waiting rule named in ruleop-status",
+        || {
+            status(&ns.0, "state") == "Rejected"
+                && status(&ns.0, "errors").contains("Widget")
+                && status(&ns.0, "rulesInForce").contains("database")
+        },
+    );
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(Duration::from_secs(30), "the Database reconciled meanwhile", || {
+        get(&ns.0, "database/orders", "{.status.observedGeneration}") == "1"
+    });
+    let (code, body) = operator.get_status("/readyz").expect("/readyz answers");
+    assert_eq!(code, 503, "not ready while a rule waits: {body}");
+    assert!(body.contains("widget") && body.contains("Widget"), "{body}");
+
+    kind.install();
+    wait_until(
+        Duration::from_secs(30),
+        "the waiting rule loaded once its CRD exists",
+        || status(&ns.0, "state") == "Loaded" && status(&ns.0, "rulesInForce").contains("widget"),
+    );
+    apply_yaml(&ns.0, &kind.object("w1", r#"{"size": "3"}"#));
+    wait_until(Duration::from_secs(30), "the new kind's parent reconciled", || {
+        get(&ns.0, "configmap/w1-cm", "{.data.size}") == "3"
+    });
+    wait_until(Duration::from_secs(30), "/readyz once nothing waits", || {
+        operator.ready()
+    });
+    drop(operator);
+    kind.uninstall();
+}
+
+#[test]
 fn a_restart_over_unchanged_rules_leaves_the_status_configmap_alone() {
     install_crds();
     let ns = Namespace::new("reload-restart");

@@ -37,6 +37,8 @@ pub struct Health {
     /// Set once the first rule set's controllers are started; cleared at shutdown.
     started: AtomicBool,
     next_id: AtomicU64,
+    /// Rules held back until the kinds they name are served, each with why.
+    waiting: Mutex<Vec<String>>,
     watches: Mutex<BTreeMap<u64, WatchState>>,
     reconciles: Mutex<BTreeMap<u64, (String, Instant)>>,
 }
@@ -48,6 +50,7 @@ impl Default for Health {
             heartbeat_ms: AtomicU64::new(0),
             started: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
+            waiting: Mutex::default(),
             watches: Mutex::default(),
             reconciles: Mutex::default(),
         }
@@ -74,6 +77,14 @@ impl Health {
     /// Marks the controllers started (or stopped, at shutdown).
     pub fn set_started(&self, started: bool) {
         self.started.store(started, Ordering::Relaxed);
+    }
+
+    /// Records the rules held back (not running) until the kinds they name are served.
+    pub fn set_waiting(&self, waiting: Vec<String>) {
+        match self.waiting.lock() {
+            Ok(mut held) => *held = waiting,
+            Err(poisoned) => *poisoned.into_inner() = waiting,
+        }
     }
 
     /// Records that the async runtime ran on time.
@@ -132,8 +143,14 @@ impl Health {
         if !self.started.load(Ordering::Relaxed) {
             return Err("controllers not started".to_owned());
         }
+        let mut problems: Vec<String> = self
+            .waiting
+            .lock()
+            .map_err(|_| "health state poisoned".to_owned())?
+            .iter()
+            .map(|why| format!("{why} (the rule waits; retrying)"))
+            .collect();
         let watches = self.watches.lock().map_err(|_| "health state poisoned".to_owned())?;
-        let mut problems = Vec::new();
         for state in watches.values() {
             if let Some(failure) = &state.failing {
                 let secs = now.saturating_duration_since(failure.since).as_secs();

@@ -44,8 +44,11 @@ impl Kinds {
         self.served.get(&(api_version.to_owned(), kind.to_owned()))
     }
 
-    /// Resolves every watched and owned kind of `set`, reusing what is already known.
-    pub async fn resolve(&mut self, client: &Client, set: &RuleSet) -> Result<(), UnknownKind> {
+    /// Resolves every watched, owned and looked-up kind of `set`, reusing what is already known.
+    /// A rule naming a kind that is not served is returned (its first such kind); the other
+    /// rules' kinds are resolved all the same, so one missing CRD holds back only its rules.
+    pub async fn resolve(&mut self, client: &Client, set: &RuleSet) -> Vec<UnknownKind> {
+        let mut waiting = Vec::new();
         for rule in &set.rules {
             let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
             for (api_version, kind) in std::iter::once(watched)
@@ -57,17 +60,24 @@ impl Kinds {
                 }
                 let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
                 let gvk = GroupVersionKind::gvk(group, version, &kind);
-                let (resource, capabilities) = pinned_kind(client, &gvk).await.map_err(|source| UnknownKind {
-                    rule: rule.name.clone(),
-                    api_version: api_version.clone(),
-                    kind: kind.clone(),
-                    source,
-                })?;
-                let namespaced = capabilities.scope == Scope::Namespaced;
-                self.served
-                    .insert((api_version, kind), ServedKind { resource, namespaced });
+                match pinned_kind(client, &gvk).await {
+                    Ok((resource, capabilities)) => {
+                        let namespaced = capabilities.scope == Scope::Namespaced;
+                        self.served
+                            .insert((api_version, kind), ServedKind { resource, namespaced });
+                    }
+                    Err(source) => {
+                        waiting.push(UnknownKind {
+                            rule: rule.name.clone(),
+                            api_version,
+                            kind,
+                            source,
+                        });
+                        break;
+                    }
+                }
             }
         }
-        Ok(())
+        waiting
     }
 }

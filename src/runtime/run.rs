@@ -21,7 +21,7 @@ use crate::ha::shard::{self, Writers};
 use crate::ops::admin::{self, AdminState};
 use crate::ops::health::Health;
 use crate::runtime::controller::{self, RunningController, Shared, child_kinds};
-use crate::runtime::discovery::Kinds;
+use crate::runtime::discovery::{Kinds, UnknownKind};
 use crate::runtime::reload::{DirWatcher, fingerprint};
 use crate::runtime::shutdown;
 
@@ -134,7 +134,8 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         .await
         .context("connecting to the Kubernetes API")?;
     let mut kinds = Kinds::default();
-    kinds.resolve(&client, &set).await?;
+    let waiting = kinds.resolve(&client, &set).await;
+    set_aside(&mut set, &waiting);
     check_scopes(&mut set, &kinds)?;
     let status = StatusReporter::new(client.clone(), &settings.status_namespace);
     if let Err(e) = status.check_writable().await {
@@ -150,6 +151,9 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         warn!(error = %e, "cannot check that the {STATUS_CONFIGMAP} ConfigMap is writable");
     }
     let admin = Arc::new(AdminState::default());
+    admin
+        .health
+        .set_waiting(waiting.iter().map(ToString::to_string).collect());
     Health::spawn_heartbeat(admin.health.clone());
     let bound = admin::serve(settings.admin_addr, admin.clone())
         .await
@@ -217,10 +221,16 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         supervisor,
         retry: None,
     };
-    let _ = reloader
-        .status
-        .report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint)
-        .await;
+    if waiting.is_empty() {
+        let _ = reloader
+            .status
+            .report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint)
+            .await;
+    } else {
+        // Not recorded as dealt with, so the retry loads the files again.
+        let fingerprint = std::mem::take(&mut reloader.fingerprint);
+        reloader.wait_for_kinds(&fingerprint, &set, &waiting).await;
+    }
     let (mut watcher, watch_error) =
         DirWatcher::new(&[settings.sources.rules.clone(), settings.sources.templates.clone()]);
     if let Some(e) = watch_error {
@@ -332,18 +342,24 @@ impl Reloader {
                 return;
             }
         };
-        let (_, current_kinds) = self.shared.snapshot();
+        let (current_set, current_kinds) = self.shared.snapshot();
         let mut kinds = (*current_kinds).clone();
-        if let Err(e) = kinds.resolve(&self.shared.client, &set).await {
-            // The kind may be served later (its CRD applied after the rule): try again.
+        let waiting = kinds.resolve(&self.shared.client, &set).await;
+        // The kind may be served later (its CRD applied after the rule): try again. A rule in
+        // force keeps its last good version meanwhile, so the whole set waits; a new rule waits
+        // alone.
+        if waiting.iter().any(|w| current_set.rule(&w.rule).is_some()) {
+            let errors: Vec<String> = waiting.iter().map(ToString::to_string).collect();
             self.retry_later(
                 &fingerprint,
                 "the rules name a kind the API server does not serve",
-                &e.to_string(),
+                &errors.join("\n"),
+                &rule_names(&current_set),
             )
             .await;
             return;
         }
+        set_aside(&mut set, &waiting);
         if let Err(e) = check_scopes(&mut set, &kinds) {
             error!(error = %e, "rule reload rejected; the last good rules keep running");
             metrics.reloaded("invalid");
@@ -365,8 +381,17 @@ impl Reloader {
                 &fingerprint,
                 "starting controllers for the new rules failed",
                 &format!("{e:#}"),
+                &rule_names(&set),
             )
             .await;
+            return;
+        }
+        self.shared
+            .admin
+            .health
+            .set_waiting(waiting.iter().map(ToString::to_string).collect());
+        if !waiting.is_empty() {
+            self.wait_for_kinds(&fingerprint, &set, &waiting).await;
             return;
         }
         self.fingerprint = fingerprint.clone();
@@ -379,8 +404,20 @@ impl Reloader {
             .await;
     }
 
+    /// The other rules run; these wait for their kinds, reported and retried with backoff.
+    async fn wait_for_kinds(&mut self, fingerprint: &str, set: &RuleSet, waiting: &[UnknownKind]) {
+        let errors: Vec<String> = waiting.iter().map(ToString::to_string).collect();
+        self.retry_later(
+            fingerprint,
+            "a rule names a kind the API server does not serve; the other rules run",
+            &errors.join("\n"),
+            &rule_names(set),
+        )
+        .await;
+    }
+
     /// Reports a failure that may pass and schedules the next attempt.
-    async fn retry_later(&mut self, fingerprint: &str, what: &str, error: &str) {
+    async fn retry_later(&mut self, fingerprint: &str, what: &str, error: &str, rules: &str) {
         let delay = self.retry.map_or(RETRY_MIN, |(_, last)| (last * 2).min(RETRY_MAX));
         self.retry = Some((tokio::time::Instant::now() + delay, delay));
         warn!(%error, retry_in = ?delay, "rule reload failed: {what}; the last good rules keep running");
@@ -389,8 +426,19 @@ impl Reloader {
             "{error}\n(retrying with backoff, at least every {}s)",
             RETRY_MAX.as_secs()
         );
-        let _ = self.status.report(ReloadState::Rejected(errors), "", fingerprint).await;
+        let _ = self
+            .status
+            .report(ReloadState::Rejected(errors), rules, fingerprint)
+            .await;
     }
+}
+
+/// Takes the rules that wait for a kind out of `set` (they start once a retry finds it served).
+fn set_aside(set: &mut RuleSet, waiting: &[UnknownKind]) {
+    for unknown in waiting {
+        warn!(rule = %unknown.rule, error = %unknown, "the rule waits until its kind is served; the other rules run");
+    }
+    set.rules.retain(|rule| !waiting.iter().any(|w| w.rule == rule.name));
 }
 
 /// Parents must be namespaced (the engine's children point at them by ownerReference or by a

@@ -164,7 +164,9 @@ pub async fn diff(set: &RuleSet, options: &Options) -> anyhow::Result<Report> {
         .await
         .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
     let mut kinds = Kinds::default();
-    kinds.resolve(&client, set).await?;
+    if let Some(unknown) = kinds.resolve(&client, set).await.into_iter().next() {
+        return Err(unknown.into());
+    }
     let mut report = Report::default();
     for rule in &set.rules {
         let parents = list_parents(&client, &kinds, rule, options).await?;
