@@ -61,9 +61,9 @@ fn main() -> ExitCode {
             initial_list,
             election,
         } => {
-            ruleop::cache::watch::set_initial_list(initial_list);
             // Kept to the end of `run`: dropping it flushes the spans not exported yet.
-            let _telemetry = match ruleop::ops::telemetry::init(log_format, otlp_endpoint.as_deref()) {
+            let json_logs = log_format == ruleop::cmd::cli::LogFormat::Json;
+            let _telemetry = match ruleop::ops::telemetry::init(json_logs, otlp_endpoint.as_deref()) {
                 Ok(telemetry) => telemetry,
                 Err(e) => {
                     eprintln!("{e}");
@@ -126,6 +126,7 @@ fn main() -> ExitCode {
                 reload_interval,
                 shutdown_timeout,
                 status_namespace,
+                initial_list,
                 election,
             };
             let finished = tokio::runtime::Runtime::new().map(|rt| {

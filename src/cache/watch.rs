@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -316,7 +316,7 @@ impl UndecodableReporter {
 }
 
 /// How a watch makes its first list of a kind (`ruleop run --initial-list`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum InitialList {
     /// Stream when the API server answers a probe watch with `sendInitialEvents=true` by the
     /// bookmark that ends the initial events (Kubernetes 1.32 and later), else page.
@@ -329,11 +329,22 @@ pub enum InitialList {
     Paged,
 }
 
-static INITIAL_LIST: OnceLock<InitialList> = OnceLock::new();
+impl InitialList {
+    /// The names `--initial-list` accepts, in the order of the variants.
+    pub const NAMES: [&str; 3] = ["auto", "streaming", "paged"];
+}
 
-/// Sets how every watch of this process lists first (once, at start; later calls are ignored).
-pub fn set_initial_list(choice: InitialList) {
-    let _ = INITIAL_LIST.set(choice);
+impl std::str::FromStr for InitialList {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(InitialList::Auto),
+            "streaming" => Ok(InitialList::Streaming),
+            "paged" => Ok(InitialList::Paged),
+            other => Err(format!("{other:?} is not one of {}", Self::NAMES.join(", "))),
+        }
+    }
 }
 
 /// Label the streaming-list probe selects on: no object carries it, so the server answers the
@@ -380,9 +391,9 @@ async fn ends_initial_events<K>(events: impl Stream<Item = kube::Result<WatchEve
 }
 
 /// `config` with the initial list chosen by `--initial-list` (probing the server for `auto`).
-async fn with_initial_list(api: &Api<Tolerant>, config: watcher::Config) -> watcher::Config {
+async fn with_initial_list(api: &Api<Tolerant>, config: watcher::Config, initial_list: InitialList) -> watcher::Config {
     let kind = api.resource_url().to_owned();
-    let streaming = match INITIAL_LIST.get().copied().unwrap_or_default() {
+    let streaming = match initial_list {
         InitialList::Streaming => true,
         InitialList::Paged => false,
         InitialList::Auto => {
@@ -405,13 +416,14 @@ async fn with_initial_list(api: &Api<Tolerant>, config: watcher::Config) -> watc
 pub fn watch(
     api: Api<Tolerant>,
     config: watcher::Config,
+    initial_list: InitialList,
     token: WatchToken,
     reporter: Arc<UndecodableReporter>,
 ) -> impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
     let token = Arc::new(token);
     let probe_api = api.clone();
     futures::stream::once(async move {
-        let config = with_initial_list(&api, config).await;
+        let config = with_initial_list(&api, config, initial_list).await;
         watcher(api, config)
     })
     .flatten()

@@ -3,7 +3,14 @@
 
 use std::path::PathBuf;
 
+use std::time::Duration;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::cache::watch::InitialList;
+use crate::engine::duration;
+use crate::ha::leader::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, MAX_SHARDS, Timing};
 
 /// A Kubernetes operator that is a declarative rules engine: each rule maps a watched custom
 /// resource to templated children, guarded one-shot actions and status.
@@ -88,10 +95,11 @@ pub enum Command {
         /// How each watch lists its kind first: `streaming` (one watch sends every object, then a
         /// bookmark; Kubernetes 1.32+), `paged` (LIST pages of 500, then a watch: any server), or
         /// `auto` (streaming when a probe shows the server offers it, else paged).
-        #[arg(long, value_enum, env = "RULEOP_INITIAL_LIST", default_value_t = crate::cache::watch::InitialList::Auto)]
-        initial_list: crate::cache::watch::InitialList,
+        #[arg(long, env = "RULEOP_INITIAL_LIST", default_value = "auto",
+              value_parser = PossibleValuesParser::new(InitialList::NAMES).try_map(|name| name.parse::<InitialList>()))]
+        initial_list: InitialList,
         #[command(flatten)]
-        election: Box<crate::ha::leader::ElectionArgs>,
+        election: Box<ElectionArgs>,
     },
     /// Validate every rule and template; print each problem as file:line:col and exit 1 if any.
     Check {
@@ -199,4 +207,107 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// The `ruleop run` flags of leader election.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ElectionArgs {
+    /// Run as one of several replicas: only the holder of a Lease reconciles and writes; the
+    /// others wait, ready, and take over when it is released or expires.
+    #[arg(long, env = "RULEOP_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Name of the Lease (with --leader-elect).
+    #[arg(long, env = "RULEOP_LEASE_NAME", default_value = "ruleop")]
+    pub lease_name: String,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else --namespace, else default).
+    #[arg(long, env = "RULEOP_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// How long a standby waits after the last renewal it saw before taking the lease.
+    #[arg(long, env = "RULEOP_LEASE_DURATION", default_value = DEFAULT_LEASE_DURATION)]
+    pub lease_duration: String,
+    /// How long the holder keeps writing after the start of its last successful renewal
+    /// (must be shorter than --lease-duration).
+    #[arg(long, env = "RULEOP_RENEW_DEADLINE", default_value = DEFAULT_RENEW_DEADLINE)]
+    pub renew_deadline: String,
+    /// Time between attempts to acquire or renew the lease.
+    #[arg(long, env = "RULEOP_RETRY_PERIOD", default_value = DEFAULT_RETRY_PERIOD)]
+    pub retry_period: String,
+    /// Split the parents into this many shards by a stable hash (FNV-1a) of their UID, each
+    /// with its own Lease `<lease-name>-shard-<i>`: every replica reconciles the parents of the
+    /// shards it holds, up to its fair share (shards / live replicas, rounded up). More than 1
+    /// implies leases (--leader-elect is then redundant); 1 with --leader-elect is one Lease
+    /// for everything, without it no Lease at all. See the README, "Sharding".
+    #[arg(long, env = "RULEOP_SHARDS", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_SHARDS as i64))]
+    pub shards: u32,
+}
+
+impl ElectionArgs {
+    /// The timing, checked: `retry_period < renew_deadline < lease_duration`.
+    pub fn timing(&self) -> Result<Timing, String> {
+        let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("--{flag}: {e}"));
+        let timing = Timing {
+            lease_duration: parse("lease-duration", &self.lease_duration)?,
+            renew_deadline: parse("renew-deadline", &self.renew_deadline)?,
+            retry_period: parse("retry-period", &self.retry_period)?,
+        };
+        if timing.lease_duration < Duration::from_secs(1) {
+            return Err("--lease-duration: at least 1s (a Lease counts whole seconds)".to_owned());
+        }
+        if timing.renew_deadline >= timing.lease_duration || timing.retry_period >= timing.renew_deadline {
+            return Err(format!(
+                "need --retry-period < --renew-deadline < --lease-duration, got {:?} < {:?} < {:?}",
+                timing.retry_period, timing.renew_deadline, timing.lease_duration
+            ));
+        }
+        if self.shards > 1 && self.lease_name.len() > 40 {
+            return Err(format!(
+                "--lease-name: at most 40 characters with --shards (it prefixes every shard and member Lease and labels them), got {}",
+                self.lease_name.len()
+            ));
+        }
+        Ok(timing)
+    }
+
+    /// Whether this run takes leases: `--leader-elect`, or more than one shard.
+    pub fn uses_leases(&self) -> bool {
+        self.leader_elect || self.shards > 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMING: Timing = Timing {
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+
+    #[test]
+    fn timing_flags_must_be_ordered() {
+        let args = |l: &str, r: &str, p: &str| ElectionArgs {
+            leader_elect: true,
+            lease_name: "ruleop".to_owned(),
+            lease_namespace: None,
+            lease_duration: l.to_owned(),
+            renew_deadline: r.to_owned(),
+            retry_period: p.to_owned(),
+            shards: 1,
+        };
+        assert_eq!(args("15s", "10s", "2s").timing(), Ok(TIMING));
+        let err = args("10s", "10s", "2s").timing().expect_err("renew must be shorter");
+        assert!(
+            err.contains("--retry-period < --renew-deadline < --lease-duration"),
+            "{err}"
+        );
+        assert!(args("500ms", "400ms", "100ms").timing().is_err());
+        assert!(
+            args("15s", "10s", "soon")
+                .timing()
+                .expect_err("bad")
+                .starts_with("--retry-period")
+        );
+    }
 }

@@ -30,8 +30,6 @@ use tokio::sync::{oneshot, watch};
 use tower::{BoxError, Layer, Service};
 use tracing::{info, warn};
 
-use crate::engine::duration;
-
 /// Defaults of Kubernetes' own controllers (kube-controller-manager, client-go).
 pub const DEFAULT_LEASE_DURATION: &str = "15s";
 /// How long the holder keeps writing without a successful renewal.
@@ -39,74 +37,8 @@ pub const DEFAULT_RENEW_DEADLINE: &str = "10s";
 /// Time between attempts to acquire or renew.
 pub const DEFAULT_RETRY_PERIOD: &str = "2s";
 
-/// The `ruleop run` flags of leader election.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ElectionArgs {
-    /// Run as one of several replicas: only the holder of a Lease reconciles and writes; the
-    /// others wait, ready, and take over when it is released or expires.
-    #[arg(long, env = "RULEOP_LEADER_ELECT")]
-    pub leader_elect: bool,
-    /// Name of the Lease (with --leader-elect).
-    #[arg(long, env = "RULEOP_LEASE_NAME", default_value = "ruleop")]
-    pub lease_name: String,
-    /// Namespace of the Lease (default: POD_NAMESPACE, else --namespace, else default).
-    #[arg(long, env = "RULEOP_LEASE_NAMESPACE")]
-    pub lease_namespace: Option<String>,
-    /// How long a standby waits after the last renewal it saw before taking the lease.
-    #[arg(long, env = "RULEOP_LEASE_DURATION", default_value = DEFAULT_LEASE_DURATION)]
-    pub lease_duration: String,
-    /// How long the holder keeps writing after the start of its last successful renewal
-    /// (must be shorter than --lease-duration).
-    #[arg(long, env = "RULEOP_RENEW_DEADLINE", default_value = DEFAULT_RENEW_DEADLINE)]
-    pub renew_deadline: String,
-    /// Time between attempts to acquire or renew the lease.
-    #[arg(long, env = "RULEOP_RETRY_PERIOD", default_value = DEFAULT_RETRY_PERIOD)]
-    pub retry_period: String,
-    /// Split the parents into this many shards by a stable hash (FNV-1a) of their UID, each
-    /// with its own Lease `<lease-name>-shard-<i>`: every replica reconciles the parents of the
-    /// shards it holds, up to its fair share (shards / live replicas, rounded up). More than 1
-    /// implies leases (--leader-elect is then redundant); 1 with --leader-elect is one Lease
-    /// for everything, without it no Lease at all. See the README, "Sharding".
-    #[arg(long, env = "RULEOP_SHARDS", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=MAX_SHARDS as i64))]
-    pub shards: u32,
-}
-
 /// The most shards `--shards` accepts (a Lease each, renewed every retry period by its holder).
 pub const MAX_SHARDS: u32 = 256;
-
-impl ElectionArgs {
-    /// The timing, checked: `retry_period < renew_deadline < lease_duration`.
-    pub fn timing(&self) -> Result<Timing, String> {
-        let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("--{flag}: {e}"));
-        let timing = Timing {
-            lease_duration: parse("lease-duration", &self.lease_duration)?,
-            renew_deadline: parse("renew-deadline", &self.renew_deadline)?,
-            retry_period: parse("retry-period", &self.retry_period)?,
-        };
-        if timing.lease_duration < Duration::from_secs(1) {
-            return Err("--lease-duration: at least 1s (a Lease counts whole seconds)".to_owned());
-        }
-        if timing.renew_deadline >= timing.lease_duration || timing.retry_period >= timing.renew_deadline {
-            return Err(format!(
-                "need --retry-period < --renew-deadline < --lease-duration, got {:?} < {:?} < {:?}",
-                timing.retry_period, timing.renew_deadline, timing.lease_duration
-            ));
-        }
-        if self.shards > 1 && self.lease_name.len() > 40 {
-            return Err(format!(
-                "--lease-name: at most 40 characters with --shards (it prefixes every shard and member Lease and labels them), got {}",
-                self.lease_name.len()
-            ));
-        }
-        Ok(timing)
-    }
-
-    /// Whether this run takes leases: `--leader-elect`, or more than one shard.
-    pub fn uses_leases(&self) -> bool {
-        self.leader_elect || self.shards > 1
-    }
-}
 
 /// Leader election of `ruleop run`: which lease, who we are, and its timing.
 #[derive(Debug, Clone)]
@@ -709,32 +641,6 @@ mod tests {
             "the old holder could still write when a standby took the lease"
         );
         assert!(t.saturating_duration_since(t0) >= TIMING.lease_duration);
-    }
-
-    #[test]
-    fn timing_flags_must_be_ordered() {
-        let args = |l: &str, r: &str, p: &str| ElectionArgs {
-            leader_elect: true,
-            lease_name: "ruleop".to_owned(),
-            lease_namespace: None,
-            lease_duration: l.to_owned(),
-            renew_deadline: r.to_owned(),
-            retry_period: p.to_owned(),
-            shards: 1,
-        };
-        assert_eq!(args("15s", "10s", "2s").timing(), Ok(TIMING));
-        let err = args("10s", "10s", "2s").timing().expect_err("renew must be shorter");
-        assert!(
-            err.contains("--retry-period < --renew-deadline < --lease-duration"),
-            "{err}"
-        );
-        assert!(args("500ms", "400ms", "100ms").timing().is_err());
-        assert!(
-            args("15s", "10s", "soon")
-                .timing()
-                .expect_err("bad")
-                .starts_with("--retry-period")
-        );
     }
 
     #[tokio::test]

@@ -7,8 +7,6 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
-use crate::cmd::cli::LogFormat;
-
 /// Keeps the trace exporter running; dropping it flushes the spans not sent yet.
 #[derive(Default)]
 pub struct Telemetry {
@@ -27,20 +25,21 @@ impl Drop for Telemetry {
     }
 }
 
-/// Installs the global subscriber: `format` logs filtered by `RUST_LOG` (default
+/// Installs the global subscriber: logs (JSON lines when `json`, else text) filtered by `RUST_LOG` (default
 /// `info,kube=warn,kube_runtime::controller=info`) and, given an endpoint, OTLP trace export.
 /// Fails (before anything is installed) when an endpoint is given to a build without the
 /// `otlp` feature, or when the exporter cannot be built.
-pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
+pub fn init(json: bool, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
     // kube's `reconciling object` span is kept: it is the parent of each reconcile's span.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,kube_runtime::controller=info"));
-    let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
-        LogFormat::Text => tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed(),
-        LogFormat::Json => tracing_subscriber::fmt::layer()
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = if json {
+        tracing_subscriber::fmt::layer()
             .json()
             .with_writer(std::io::stderr)
-            .boxed(),
+            .boxed()
+    } else {
+        tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed()
     };
     let (telemetry, traces) = match otlp_endpoint {
         None => (Telemetry::default(), None),

@@ -69,6 +69,8 @@ pub struct Shared {
     pub namespace: Option<String>,
     /// Where each parent's writes go, and which parents are this replica's (`--shards`).
     pub writers: Arc<crate::ha::shard::Writers>,
+    /// How every watch lists first (`--initial-list`).
+    pub initial_list: crate::cache::watch::InitialList,
 }
 
 impl Shared {
@@ -116,7 +118,7 @@ impl Shared {
         let reporter = UndecodableReporter::new(resource.clone(), self.recorder.clone(), move || {
             admin.metrics.undecodable(&kind);
         });
-        crate::cache::watch::watch(api, config, token, Arc::new(reporter))
+        crate::cache::watch::watch(api, config, self.initial_list, token, Arc::new(reporter))
     }
 }
 

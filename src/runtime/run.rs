@@ -13,6 +13,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
+use crate::cache::watch::InitialList;
 use crate::cmd::cli::Sources;
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::load;
@@ -47,6 +48,8 @@ pub struct RunSettings {
     pub shutdown_timeout: Duration,
     /// Namespace of the `ruleop-status` ConfigMap reporting the rules' state.
     pub status_namespace: String,
+    /// How every watch lists its kind first (`--initial-list`).
+    pub initial_list: InitialList,
     /// Leader election (`--leader-elect`): only the holder of the lease reconciles and writes.
     pub election: Option<Election>,
 }
@@ -207,6 +210,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         admin: admin.clone(),
         default_resync: settings.default_resync,
         namespace: settings.namespace.clone(),
+        initial_list: settings.initial_list,
     });
     let mut supervisor = Supervisor::new(shared.clone());
     let (set, kinds) = shared.snapshot();
