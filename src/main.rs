@@ -118,7 +118,8 @@ fn main() -> ExitCode {
                 }
             };
             let settings = RunSettings {
-                sources,
+                rules: sources.rules,
+                templates: sources.templates,
                 namespace,
                 default_resync,
                 admin_addr,

@@ -15,10 +15,10 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::Recorder;
 use serde_json::Value;
 
+use crate::cache::discovery::{Kinds, ServedKind};
 use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::engine::plan::children::ObjectRef;
 use crate::ops::admin::AdminState;
-use crate::runtime::discovery::{Kinds, ServedKind};
 
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "ruleop";

@@ -19,10 +19,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::apply::ApplyError;
+use crate::cache::discovery::{Kinds, NotResolved, ServedKind};
 use crate::engine::plan::lookups::{LookupKey, LookupSource};
 use crate::engine::rules::Rule;
-use crate::runtime::discovery::{Kinds, ServedKind};
 
 /// A parent of one rule: (namespace, name).
 pub type ParentKey = (String, String);
@@ -192,15 +191,13 @@ pub fn start(
         RuleLookups,
         impl Stream<Item = ObjectRef<DynamicObject>> + Send + 'static,
     ),
-    ApplyError,
+    NotResolved,
 > {
     let index = Arc::new(LookupIndex::default());
     let mut caches = HashMap::new();
     let mut streams = Vec::new();
     for (api_version, kind) in rule.lookup_kinds() {
-        let served = kinds
-            .get(&api_version, &kind)
-            .ok_or_else(|| ApplyError::UnknownKind(format!("{api_version} {kind}")))?;
+        let served = kinds.resolved(&api_version, &kind)?;
         let writer = Writer::new(served.resource.clone());
         let store = writer.as_reader();
         caches.insert(

@@ -25,6 +25,7 @@ use crate::apply::children::{ChildOutcome, apply_child, delete};
 use crate::apply::drift_limit::{self, DriftLimiter};
 use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, actions, api_error, cleanup, events};
 use crate::cache::children::ChildIndex;
+use crate::cache::discovery::{Kinds, NotResolved, ServedKind};
 use crate::cache::lookups::{self, RuleLookups};
 use crate::cache::parents::ParentIndex;
 use crate::cache::watch::UndecodableReporter;
@@ -39,7 +40,6 @@ use crate::engine::rules::{Rule, RuleSet};
 use crate::ops::admin::AdminState;
 use crate::ops::metrics::{Outcome, Sampled};
 use crate::runtime::clock::now_rfc3339;
-use crate::runtime::discovery::{Kinds, ServedKind};
 use crate::runtime::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
 use crate::runtime::queue::{self, Trigger, Triggers, Workers};
 
@@ -258,12 +258,9 @@ pub fn child_kinds(rule: &Rule) -> Vec<(String, String)> {
 }
 
 /// Starts the controller of one rule.
-pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningController, ApplyError> {
+pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningController, NotResolved> {
     let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
-    let parent_kind = kinds
-        .get(&watched.0, &watched.1)
-        .cloned()
-        .ok_or_else(|| ApplyError::UnknownKind(format!("{} {}", watched.0, watched.1)))?;
+    let parent_kind = kinds.resolved(&watched.0, &watched.1)?.clone();
     let mut config = watcher::Config::default();
     if let Some(selector) = &rule.spec.watch.label_selector {
         config = config.labels(selector);
@@ -305,9 +302,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let owned = child_kinds(rule);
     let mut children = Vec::new();
     for (api_version, kind) in &owned {
-        let served = kinds
-            .get(api_version, kind)
-            .ok_or_else(|| ApplyError::UnknownKind(format!("{api_version} {kind}")))?;
+        let served = kinds.resolved(api_version, kind)?;
         let index = Arc::new(ChildIndex::default());
         children.push((served.resource.clone(), index.clone()));
         let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));

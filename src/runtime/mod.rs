@@ -1,8 +1,7 @@
-//! `ruleop run`: the run loop, rule reloads, one controller per rule, the work queue and discovery.
+//! `ruleop run`: the run loop, rule reloads, one controller per rule, and the work queue.
 
 pub mod clock;
 pub mod controller;
-pub mod discovery;
 pub mod housekeeping;
 pub mod queue;
 pub mod reload;

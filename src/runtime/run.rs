@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +14,8 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
+use crate::cache::discovery::{Kinds, UnknownKind};
 use crate::cache::watch::InitialList;
-use crate::cmd::cli::Sources;
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::load;
 use crate::ha::leader::{self, Election, Elector, Fence, Leadership};
@@ -22,7 +23,6 @@ use crate::ha::shard::{self, Writers};
 use crate::ops::admin::{self, AdminState};
 use crate::ops::health::Health;
 use crate::runtime::controller::{self, RunningController, Shared, child_kinds};
-use crate::runtime::discovery::{Kinds, UnknownKind};
 use crate::runtime::reload::{DirWatcher, fingerprint};
 use crate::runtime::shutdown;
 
@@ -32,8 +32,10 @@ const CONTROLLER_STOP: Duration = Duration::from_secs(30);
 /// Settings of the operator.
 #[derive(Debug, Clone)]
 pub struct RunSettings {
-    /// Where the rules and templates are.
-    pub sources: Sources,
+    /// Where the rules are.
+    pub rules: PathBuf,
+    /// Where the templates are.
+    pub templates: PathBuf,
     /// Only watch this namespace.
     pub namespace: Option<String>,
     /// Resync for rules without `resync`.
@@ -122,9 +124,9 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     // stop is bounded from the first signal on, wherever the process is.
     let shutdown = shutdown::install(settings.shutdown_timeout);
     // Taken before reading, so an edit racing the first load is reloaded, not missed.
-    let loaded_fingerprint = fingerprint(&settings.sources.rules, &settings.sources.templates);
-    let mut set = load(&settings.sources.rules, &settings.sources.templates)
-        .map_err(|d| anyhow::anyhow!("the rules are invalid:\n{d}"))?;
+    let loaded_fingerprint = fingerprint(&settings.rules, &settings.templates);
+    let mut set =
+        load(&settings.rules, &settings.templates).map_err(|d| anyhow::anyhow!("the rules are invalid:\n{d}"))?;
     // With shards, each shard fences its own writes (src/shard.rs); the process-wide client
     // is fenced only by a single leader lease.
     let sharded = settings.election.as_ref().filter(|e| e.shards > 1).cloned();
@@ -235,8 +237,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         let fingerprint = std::mem::take(&mut reloader.fingerprint);
         reloader.wait_for_kinds(&fingerprint, &set, &waiting).await;
     }
-    let (mut watcher, watch_error) =
-        DirWatcher::new(&[settings.sources.rules.clone(), settings.sources.templates.clone()]);
+    let (mut watcher, watch_error) = DirWatcher::new(&[settings.rules.clone(), settings.templates.clone()]);
     if let Some(e) = watch_error {
         warn!(error = %e, "cannot watch the rule directories; re-reading every --reload-interval only");
     }
@@ -322,15 +323,15 @@ impl Reloader {
     /// re-sync controllers. Invalid: keep the last good set running and report every error with
     /// its location. Not resolvable yet: report it and retry with backoff.
     async fn reload(&mut self) {
-        let sources = &self.settings.sources;
-        let fingerprint = fingerprint(&sources.rules, &sources.templates);
+        let (rules, templates) = (&self.settings.rules, &self.settings.templates);
+        let fingerprint = fingerprint(rules, templates);
         if fingerprint == self.fingerprint {
             self.retry = None;
             return;
         }
         let started = std::time::Instant::now();
         let metrics = &self.shared.admin.metrics;
-        let mut set = match load(&sources.rules, &sources.templates) {
+        let mut set = match load(rules, templates) {
             Ok(set) => set,
             Err(diagnostics) => {
                 for diagnostic in &diagnostics.0 {

@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::apply::children::{ANNOTATION_DESIRED_HASH, with_desired_hash};
 use crate::apply::{FIELD_MANAGER, api_error, compare};
+use crate::cache::discovery::Kinds;
 use crate::engine::plan::children::{DesiredChild, ObjectRef};
 use crate::engine::plan::context::{LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use crate::engine::plan::deletion::{FINALIZER, FinalizerStep};
@@ -26,7 +27,6 @@ use crate::engine::plan::lookups::{LookupKey, LookupSource};
 use crate::engine::plan::{self, Plan, actions::Effect};
 use crate::engine::rules::{Rule, RuleSet};
 use crate::engine::yaml;
-use crate::runtime::discovery::Kinds;
 
 /// Parents diffed at once (each is a few requests at most).
 const CONCURRENCY: usize = 8;

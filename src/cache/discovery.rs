@@ -23,6 +23,16 @@ pub struct UnknownKind {
     pub source: kube::Error,
 }
 
+/// A kind a rule names that discovery has not resolved (the caller resolves before it starts).
+#[derive(Debug, thiserror::Error)]
+#[error("{api_version} {kind} was not resolved through discovery")]
+pub struct NotResolved {
+    /// Its apiVersion.
+    pub api_version: String,
+    /// Its kind.
+    pub kind: String,
+}
+
 /// A served kind.
 #[derive(Debug, Clone)]
 pub struct ServedKind {
@@ -42,6 +52,14 @@ impl Kinds {
     /// The served kind for `(apiVersion, kind)`, if resolved.
     pub fn get(&self, api_version: &str, kind: &str) -> Option<&ServedKind> {
         self.served.get(&(api_version.to_owned(), kind.to_owned()))
+    }
+
+    /// Like [`Kinds::get`], an error when it was not resolved.
+    pub fn resolved(&self, api_version: &str, kind: &str) -> Result<&ServedKind, NotResolved> {
+        self.get(api_version, kind).ok_or_else(|| NotResolved {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+        })
     }
 
     /// Resolves every watched, owned and looked-up kind of `set`, reusing what is already known.

@@ -1,0 +1,77 @@
+//! The folder tree is the architecture: each layer of src/ imports only the layers below it, and
+//! the pure engine imports no client, async runtime or file watcher.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// The layers from the bottom up; each may import those before it.
+const LAYERS: &[&str] = &["engine", "ops", "cache", "apply", "ha", "runtime", "cmd"];
+
+/// Crates the engine must never name: planning is a function of values.
+const NOT_IN_ENGINE: &[&str] = &["kube", "tokio", "notify", "reqwest", "axum", "hyper"];
+
+fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
+    for entry in std::fs::read_dir(dir).expect("read src").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).expect("read source");
+            out.push((path.display().to_string(), text));
+        }
+    }
+}
+
+/// `(file, layer it names)` for every `crate::<layer>` path in `layer`'s files, tests excluded.
+fn imports_of(layer: &str) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(layer),
+        &mut files,
+    );
+    let mut edges = BTreeSet::new();
+    for (file, text) in files {
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for named in LAYERS {
+            if code.contains(&format!("crate::{named}::")) || code.contains(&format!("crate::{named};")) {
+                edges.insert((file.clone(), (*named).to_owned()));
+            }
+        }
+    }
+    edges.into_iter().collect()
+}
+
+#[test]
+fn every_layer_imports_only_the_layers_below_it() {
+    let mut upward = Vec::new();
+    for (rank, layer) in LAYERS.iter().enumerate() {
+        for (file, named) in imports_of(layer) {
+            let named_rank = LAYERS.iter().position(|l| *l == named).expect("a layer");
+            if named_rank > rank {
+                upward.push(format!("{file} ({layer}) imports {named}"));
+            }
+        }
+    }
+    assert!(upward.is_empty(), "imports that point up:\n{}", upward.join("\n"));
+}
+
+#[test]
+fn the_engine_names_no_client_runtime_or_watcher_crate() {
+    let mut files = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine"), &mut files);
+    let mut found = Vec::new();
+    for (file, text) in &files {
+        for line in text.lines() {
+            let line = line.trim_start();
+            if line.starts_with("//") {
+                continue;
+            }
+            for name in NOT_IN_ENGINE {
+                if line.contains(&format!("{name}::")) && !line.contains(&format!("_{name}::")) {
+                    found.push(format!("{file}: {line}"));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "the engine names I/O crates:\n{}", found.join("\n"));
+}
