@@ -3,6 +3,7 @@
 
 pub mod diagnostic;
 pub mod duration;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod plan;
 pub mod rbac;
