@@ -58,6 +58,7 @@ fn main() -> ExitCode {
             reload_interval,
             status_namespace,
             initial_list,
+            egress_deny_cidr,
             election,
         } => {
             ruleop::cache::watch::set_initial_list(initial_list);
@@ -124,6 +125,7 @@ fn main() -> ExitCode {
                 reload_interval,
                 status_namespace,
                 election,
+                egress_deny: egress_deny_cidr,
             };
             return match tokio::runtime::Runtime::new().map(|rt| rt.block_on(run(settings))) {
                 Ok(Ok(())) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 
 pub mod diagnostic;
 pub mod duration;
+pub mod egress;
 pub mod fuzzing;
 pub mod plan;
 pub mod rbac;
