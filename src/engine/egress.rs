@@ -216,12 +216,11 @@ impl fmt::Display for Denied {
                     "request to {origin} refused: the url carries userinfo (`user@` before the host)"
                 )
             }
-            Denied::HostNotAllowed { origin, port } => {
-                write!(
-                    f,
-                    "request to {origin} refused: {origin} on port {port} is not in http.allowedHosts"
-                )
-            }
+            // The port stays out too: the tenant chose it.
+            Denied::HostNotAllowed { origin, .. } => write!(
+                f,
+                "request to {origin} refused: no http.allowedHosts entry matches its scheme, host and port"
+            ),
             Denied::RefusedAddress { origin } => write!(
                 f,
                 "request to {origin} refused: its host resolves to a refused address (loopback, link-local, metadata, unspecified or an operator-refused range)"
