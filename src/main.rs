@@ -59,6 +59,7 @@ fn main() -> ExitCode {
             shutdown_timeout,
             status_namespace,
             initial_list,
+            egress_deny_cidr,
             election,
         } => {
             // Kept to the end of `run`: dropping it flushes the spans not exported yet.
@@ -129,6 +130,7 @@ fn main() -> ExitCode {
                 status_namespace,
                 initial_list,
                 election,
+                egress_deny: egress_deny_cidr,
             };
             let finished = tokio::runtime::Runtime::new().map(|rt| {
                 let result = rt.block_on(run(settings));

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::fleet::jobs_per_parent;
-use support::webhook::Webhook;
+use support::webhook::{Trap, Webhook};
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -156,6 +156,93 @@ fn a_webhook_failing_twice_is_retried_under_one_key_and_takes_effect_once() {
     assert!(
         events.contains("ActionFailed") && events.contains("ActionRan"),
         "events: {events}"
+    );
+}
+
+#[test]
+fn a_refused_http_action_opens_no_socket_and_reports_egress_denied_with_scheme_and_host_only() {
+    install_crds();
+    let ns = Namespace::new("act-egress");
+    let trap = Trap::start();
+    let port = trap.port;
+    // This machine's name, when it resolves to loopback only (as /etc/hosts usually has it):
+    // a listed name whose address is refused.
+    let hostname = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_ascii_lowercase())
+        .ok()
+        .filter(|h| !h.is_empty() && h != "localhost")
+        .filter(|h| {
+            use std::net::ToSocketAddrs;
+            (h.as_str(), port)
+                .to_socket_addrs()
+                .is_ok_and(|mut addrs| addrs.all(|a| a.ip().is_loopback()))
+        });
+    let mut allowed = vec!["hooks.example.com".to_owned()];
+    let mut cases = vec![
+        ("direct", format!("http://127.0.0.1:{port}/secret-path?token=abc")),
+        (
+            "userinfo",
+            format!("http://hooks.example.com@127.0.0.1:{port}/secret-path"),
+        ),
+        ("scheme", format!("https://127.0.0.1:{port}/secret-path")),
+    ];
+    if let Some(host) = &hostname {
+        allowed.push(format!("http://{host}:{port}"));
+        cases.push(("resolved", format!("http://{host}:{port}/secret-path")));
+    }
+    let rules = rules_with_http_action(
+        "\"{{ metadata.annotations['example.com/hook'] }}\"",
+        &format!("{allowed:?}"),
+    );
+    let operator = Operator::start_with(
+        rules.path(),
+        &templates(),
+        &ns.0,
+        &["--egress-deny-cidr", "10.96.0.0/12,10.244.0.0/16"],
+    );
+    for (name, url) in &cases {
+        let parent = database(name, 1, "").replacen(
+            "metadata:\n",
+            &format!("metadata:\n  annotations:\n    example.com/hook: {url:?}\n"),
+            1,
+        );
+        apply_yaml(&ns.0, &parent);
+    }
+    for (name, url) in &cases {
+        let what = format!("database/{name}");
+        let mut seen = String::new();
+        wait_until(WAIT, &format!("the {name} request to be refused"), || {
+            seen = get(
+                &ns.0,
+                &what,
+                "{.status.actions.notify.phase}|{.status.conditions[?(@.type==\"ActionsSucceeded\")].reason}|{.status.actions.notify.error}",
+            );
+            seen.starts_with("Failed|")
+        });
+        assert!(seen.starts_with("Failed|EgressDenied|"), "{name} ({url}): {seen}");
+        assert!(seen.contains("refused"), "{name}: {seen}");
+        for secret in ["secret-path", "token", &format!(":{port}")] {
+            assert!(!seen.contains(secret), "{name}: {secret:?} echoed in {seen}");
+        }
+    }
+    let events = kubectl_ok(&["get", "events", "-n", &ns.0, "-o", "jsonpath={.items[*].reason}"]);
+    assert!(events.contains("EgressDenied"), "events: {events}");
+    let messages = kubectl_ok(&["get", "events", "-n", &ns.0, "-o", "jsonpath={.items[*].message}"]);
+    assert!(
+        !messages.contains("secret-path") && !messages.contains("token"),
+        "{messages}"
+    );
+    assert_eq!(trap.accepted(), 0, "a refused request opened a connection");
+    // Retried under backoff, still refused, still no connection.
+    wait_until(WAIT, "a second refused attempt", || {
+        get(&ns.0, "database/direct", "{.status.actions.notify.attempts}")
+            .parse::<u32>()
+            .is_ok_and(|n| n >= 2)
+    });
+    assert_eq!(trap.accepted(), 0, "a retried refused request opened a connection");
+    assert!(
+        !operator.log_text().contains("secret-path"),
+        "the log echoes the url's path"
     );
 }
 

@@ -16,12 +16,16 @@
 //! record is resumed with its own key even after the guard value moved on. The receiver gets the
 //! key as `Idempotency-Key` and must deduplicate: at-least-once with a stable key.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use ipnet::IpNet;
 use kube::api::PostParams;
 use serde_json::{Value, json};
+use tracing::debug;
 
 use super::{ApplyError, Cluster, ParentHandle};
+use crate::engine::egress::{self, EGRESS_DENIED, Target};
 use crate::engine::plan::DesiredStatus;
 use crate::engine::plan::actions::{ActionDecision, Effect, HttpRequest, RunRecord, phase};
 use crate::engine::plan::status::{ConditionStatus, WantedCondition, merge_conditions};
@@ -68,7 +72,12 @@ pub async fn run(
     let run = json!({
         "key": key, "guardValue": guard_value, "startedAt": started_at, "runs": runs, "attempts": attempt,
     });
-    if let Effect::Http(_) = effect {
+    // A request the egress policy refuses is refused before anything is written or sent.
+    let checked = match effect {
+        Effect::Http(request) => Some(check(request, cluster.egress).await),
+        Effect::Create(_) => None,
+    };
+    if let Some(Ok(_)) = &checked {
         // Every attempt, a resumed one too, first records its intent under the resourceVersion
         // the decision was made on: if the cache was stale (another writer, or our own last
         // write not seen yet) the write fails with 409 and nothing is sent.
@@ -89,9 +98,11 @@ pub async fn run(
             Err(e) => return Err(ApplyError::Status(Box::new(e))),
         };
     }
-    let outcome = match effect {
-        Effect::Create(object) => create(cluster, object).await,
-        Effect::Http(request) => send(request, key).await.map(|()| Acted::Now),
+    let outcome = match (effect, checked) {
+        (Effect::Create(object), _) => create(cluster, object).await.map_err(Failure::failed),
+        (Effect::Http(request), Some(Ok(checked))) => send(request, &checked, key).await.map(|()| Acted::Now),
+        (Effect::Http(_), Some(Err(failure))) => Err(failure),
+        (Effect::Http(_), None) => Err(Failure::failed("the request was not checked".to_owned())),
     };
     let conditions = parent
         .pointer("/status/conditions")
@@ -134,13 +145,16 @@ pub async fn run(
                 wanted,
             )
         }
-        Err(message) => (
-            json!({"phase": phase::FAILED, "error": message, "failedAt": now}),
+        Err(failure) => (
+            json!({"phase": phase::FAILED, "error": failure.message, "failedAt": now}),
             vec![WantedCondition {
                 type_: ACTIONS_CONDITION.to_owned(),
                 status: ConditionStatus::False,
-                reason: "ActionFailed".to_owned(),
-                message: format!("action {id} failed for {guard_value} (key {key}) on attempt {attempt}: {message}"),
+                reason: failure.reason.to_owned(),
+                message: format!(
+                    "action {id} failed for {guard_value} (key {key}) on attempt {attempt}: {}",
+                    failure.message
+                ),
             }],
         ),
     };
@@ -173,10 +187,34 @@ pub async fn run(
         .patch_status(handle, &json!({"status": status}))
         .await
         .map_err(|e| ApplyError::Status(Box::new(e)))?;
-    outcome.map_err(|message| ApplyError::Action {
-        id: id.to_owned(),
-        message,
+    outcome.map_err(|failure| match failure.reason {
+        EGRESS_DENIED => ApplyError::EgressDenied {
+            id: id.to_owned(),
+            message: failure.message,
+        },
+        _ => ApplyError::Action {
+            id: id.to_owned(),
+            message: failure.message,
+        },
     })
+}
+
+/// Why an effect did not take place, and the reason it is reported under.
+#[derive(Debug)]
+struct Failure {
+    /// `ActionFailed`, or `EgressDenied` for a request refused before any connection.
+    reason: &'static str,
+    /// What failed: for a request, only its scheme and host, never path, query or userinfo.
+    message: String,
+}
+
+impl Failure {
+    fn failed(message: String) -> Self {
+        Failure {
+            reason: "ActionFailed",
+            message,
+        }
+    }
 }
 
 async fn create(cluster: &Cluster<'_>, object: &Value) -> Result<Acted, String> {
@@ -192,16 +230,65 @@ async fn create(cluster: &Cluster<'_>, object: &Value) -> Result<Acted, String> 
     }
 }
 
+/// The egress policy applied before any connection: the URL against the rule's
+/// `allowedHosts`, then every address its host resolves to against the refused ranges. The
+/// checked addresses are the only ones the request may connect to (pinned), so a name that
+/// resolves differently a moment later (DNS rebinding) cannot move it.
+async fn check(request: &HttpRequest, refused: &[IpNet]) -> Result<(Target, Vec<SocketAddr>), Failure> {
+    let denied = |e: egress::Denied| Failure {
+        reason: EGRESS_DENIED,
+        message: format!("{}: {e}", request.at),
+    };
+    let allowed = egress::parse_allowed(&request.allowed_hosts).map_err(denied)?;
+    let target = egress::check_url(&request.url, &allowed).map_err(denied)?;
+    let addrs: Vec<IpAddr> = match (target.literal(), &target.name) {
+        (Some(ip), _) => vec![ip],
+        (None, Some(name)) => {
+            let wait = Duration::from_millis(request.timeout_ms).min(egress::MAX_TIMEOUT);
+            match tokio::time::timeout(wait, tokio::net::lookup_host((name.as_str(), target.port))).await {
+                Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+                Ok(Err(_)) | Err(_) => {
+                    return Err(Failure::failed(format!(
+                        "request to {} failed: its host name did not resolve",
+                        target.origin
+                    )));
+                }
+            }
+        }
+        (None, None) => Vec::new(),
+    };
+    if let Err(e) = egress::check_addrs(&target, &addrs, refused) {
+        debug!(origin = %target.origin, "request refused by the egress policy");
+        return Err(denied(e));
+    }
+    let pinned = addrs.into_iter().map(|ip| SocketAddr::new(ip, target.port)).collect();
+    Ok((target, pinned))
+}
+
 /// One delivery attempt; a failure is retried by the reconcile's backoff under the same key,
-/// each attempt counted in `status.actions.<id>.attempts`.
-async fn send(request: &HttpRequest, key: &str) -> Result<(), String> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_millis(request.timeout_ms))
+/// each attempt counted in `status.actions.<id>.attempts`. No redirect is followed (a 3xx is a
+/// failure), no proxy from the environment is used, and errors name only scheme and host: the
+/// tenant chose the rest, and a detailed connect error would make this a port scanner.
+async fn send(request: &HttpRequest, (target, pinned): &(Target, Vec<SocketAddr>), key: &str) -> Result<(), Failure> {
+    let origin = &target.origin;
+    let mut client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(request.timeout_ms).min(egress::MAX_TIMEOUT))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy();
+    if let Some(name) = &target.name {
+        client = client.resolve_to_addrs(name, pinned);
+    }
+    let client = client
         .build()
-        .map_err(|e| e.to_string())?;
-    let method = reqwest::Method::from_bytes(request.method.as_bytes()).map_err(|e| e.to_string())?;
+        .map_err(|_| Failure::failed(format!("request to {origin} failed: no HTTP client")))?;
+    let method = reqwest::Method::from_bytes(request.method.as_bytes()).map_err(|_| {
+        Failure::failed(format!(
+            "request to {origin} failed: invalid method {:?}",
+            request.method
+        ))
+    })?;
     let mut builder = client
-        .request(method, &request.url)
+        .request(method, target.url.clone())
         .header("Idempotency-Key", key)
         .body(request.body.clone());
     for (name, value) in &request.headers {
@@ -209,12 +296,27 @@ async fn send(request: &HttpRequest, key: &str) -> Result<(), String> {
     }
     match builder.send().await {
         Ok(response) if response.status().is_success() => Ok(()),
-        Ok(response) => Err(format!(
-            "{} {} answered {}",
+        Ok(response) if response.status().is_redirection() => Err(Failure::failed(format!(
+            "{} {origin} answered {} (redirects are not followed)",
             request.method,
-            request.url,
+            response.status().as_u16()
+        ))),
+        Ok(response) => Err(Failure::failed(format!(
+            "{} {origin} answered {}",
+            request.method,
             response.status()
-        )),
-        Err(e) => Err(format!("{} {}: {e}", request.method, request.url)),
+        ))),
+        Err(e) => {
+            let what = if e.is_timeout() {
+                "timed out"
+            } else if e.is_connect() {
+                "connection error"
+            } else if e.is_builder() {
+                "invalid request"
+            } else {
+                "request error"
+            };
+            Err(Failure::failed(format!("request to {origin} failed: {what}")))
+        }
     }
 }

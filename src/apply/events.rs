@@ -348,7 +348,11 @@ pub fn action_run_note(decision: &ActionDecision) -> String {
             let text = |p: &str| object.pointer(p).and_then(serde_json::Value::as_str).unwrap_or("?");
             format!("created {} {}", text("/kind"), text("/metadata/name"))
         }
-        Some(Effect::Http(request)) => format!("sent {} {}", request.method, request.url),
+        Some(Effect::Http(request)) => format!(
+            "sent {} {}",
+            request.method,
+            crate::engine::egress::origin(&request.url)
+        ),
         None => "nothing to do".to_owned(),
     };
     format!("ran {} for {guard} (key {key}): {effect}", decision.id)

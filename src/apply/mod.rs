@@ -87,6 +87,14 @@ pub enum ApplyError {
         /// What failed.
         message: String,
     },
+    /// An `http` action's request was refused by the egress policy; nothing was sent.
+    #[error("action {id:?} refused: {}", bounded(message, MESSAGE_LIMIT))]
+    EgressDenied {
+        /// Action id.
+        id: String,
+        /// Why (the rule's location, scheme and host only).
+        message: String,
+    },
 }
 
 impl ApplyError {
@@ -103,6 +111,7 @@ impl ApplyError {
             ApplyError::NotOurs(_) => "ChildNotOwned",
             ApplyError::Conflict(_) => "Conflict",
             ApplyError::Action { .. } => "ActionFailed",
+            ApplyError::EgressDenied { .. } => crate::engine::egress::EGRESS_DENIED,
         }
     }
 }
@@ -275,6 +284,8 @@ pub struct Cluster<'a> {
     pub written: &'a WrittenParents,
     /// Drift-repair budgets per parent.
     pub drift: &'a drift_limit::DriftLimiter,
+    /// Addresses `http` actions never reach through a name (`--egress-deny-cidr`, the API server).
+    pub egress: &'a [ipnet::IpNet],
 }
 
 impl Cluster<'_> {

@@ -98,6 +98,12 @@ pub enum Command {
         #[arg(long, env = "RULEOP_INITIAL_LIST", default_value = "auto",
               value_parser = PossibleValuesParser::new(InitialList::NAMES).try_map(|name| name.parse::<InitialList>()))]
         initial_list: InitialList,
+        /// An address range `http` actions never reach through a host name, e.g. the pod and
+        /// Service CIDRs (repeat the flag, or separate with commas). Loopback, link-local,
+        /// metadata and the API server's own addresses are always refused; only an
+        /// `allowedHosts` entry naming the address itself reaches one.
+        #[arg(long = "egress-deny-cidr", env = "RULEOP_EGRESS_DENY_CIDR", value_delimiter = ',', value_parser = crate::engine::egress::parse_cidr)]
+        egress_deny_cidr: Vec<ipnet::IpNet>,
         #[command(flatten)]
         election: Box<ElectionArgs>,
     },

@@ -363,7 +363,11 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
         if let Some(effect) = &decision.effect {
             let printed = match effect {
                 plan::actions::Effect::Create(object) => yaml::to_string(object),
-                plan::actions::Effect::Http(request) => yaml::to_string(&json!(request)),
+                plan::actions::Effect::Http(request) => {
+                    let mut shown = json!(request);
+                    shown["egress"] = json!(egress_verdict(request));
+                    yaml::to_string(&shown)
+                }
             };
             out.push_str(&commented(&printed, "#   "));
         }
@@ -430,6 +434,17 @@ pub fn schema(kind: crate::cmd::cli::SchemaKind) -> String {
     let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
     text.push('\n');
     text
+}
+
+/// What the egress policy says of a rendered request before resolving its host: the sender
+/// then also checks every address the host resolves to.
+fn egress_verdict(request: &plan::actions::HttpRequest) -> String {
+    let checked = crate::engine::egress::parse_allowed(&request.allowed_hosts)
+        .and_then(|allowed| crate::engine::egress::check_url(&request.url, &allowed));
+    match checked {
+        Ok(target) => format!("allowed to {} (its addresses are checked when sent)", target.origin),
+        Err(denied) => format!("EgressDenied: {denied}"),
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 pub mod diagnostic;
 pub mod duration;
+pub mod egress;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod plan;

@@ -71,6 +71,9 @@ pub struct Shared {
     pub writers: Arc<crate::ha::shard::Writers>,
     /// How every watch lists first (`--initial-list`).
     pub initial_list: crate::cache::watch::InitialList,
+    /// Addresses `http` actions never reach through a name: `--egress-deny-cidr` and the API
+    /// server's own addresses.
+    pub egress_deny: Vec<ipnet::IpNet>,
 }
 
 impl Shared {
@@ -510,7 +513,8 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
             // Failures reported on the parent were logged with it (`report_failure`).
             if matches!(
                 e,
-                ReconcileError::NotSynced(_) | ReconcileError::Apply(ApplyError::Action { .. })
+                ReconcileError::NotSynced(_)
+                    | ReconcileError::Apply(ApplyError::Action { .. } | ApplyError::EgressDenied { .. })
             ) {
                 let error = e.to_string();
                 warn!(reason = e.reason(), error = %bounded(&error, MESSAGE_LIMIT), "reconcile failed");
@@ -563,6 +567,7 @@ async fn reconcile_parent(
         written: &ctx.written,
         drift: &ctx.drift,
         events: &ctx.events,
+        egress: &ctx.shared.egress_deny,
     };
     let observed: Vec<Value> = if parent.meta().deletion_timestamp.is_some() {
         // The finalizer is removed on what this says: read it fresh, not from a lagging cache.
@@ -618,7 +623,9 @@ async fn reconcile_parent(
             Ok(Action::requeue(resync))
         }
         // The action layer already recorded these in status (and an Event); Ready is about children.
-        Err(e @ (ApplyError::Action { .. } | ApplyError::Conflict(_))) => Err(e.into()),
+        Err(e @ (ApplyError::Action { .. } | ApplyError::EgressDenied { .. } | ApplyError::Conflict(_))) => {
+            Err(e.into())
+        }
         Err(e) => {
             report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
             Err(e.into())

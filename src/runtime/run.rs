@@ -54,6 +54,8 @@ pub struct RunSettings {
     pub initial_list: InitialList,
     /// Leader election (`--leader-elect`): only the holder of the lease reconciles and writes.
     pub election: Option<Election>,
+    /// `--egress-deny-cidr`: ranges `http` actions never reach through a host name.
+    pub egress_deny: Vec<ipnet::IpNet>,
 }
 
 /// The running controllers, kept in step with the current rule set.
@@ -116,6 +118,35 @@ impl Supervisor {
     pub async fn shutdown_by(self, deadline: Instant) {
         futures::future::join_all(self.running.into_values().map(|running| running.stop_by(deadline))).await;
     }
+}
+
+/// The ranges `http` actions never reach through a name: the flag's, plus every address of the
+/// API server (as the kubeconfig names it, and the in-cluster Service address), so a tenant's
+/// URL cannot aim ruleop's own credentials' target.
+async fn egress_deny(flag: &[ipnet::IpNet]) -> Vec<ipnet::IpNet> {
+    let mut refused = flag.to_vec();
+    let mut hosts = Vec::new();
+    if let Ok(config) = kube::Config::infer().await
+        && let Some(host) = config.cluster_url.host()
+    {
+        hosts.push((
+            host.trim_matches(['[', ']']).to_owned(),
+            config.cluster_url.port_u16().unwrap_or(443),
+        ));
+    }
+    if let Ok(host) = std::env::var("KUBERNETES_SERVICE_HOST") {
+        hosts.push((host, 443));
+    }
+    for (host, port) in hosts {
+        match tokio::net::lookup_host((host.as_str(), port)).await {
+            Ok(addrs) => refused.extend(addrs.map(|a| ipnet::IpNet::from(a.ip().to_canonical()))),
+            Err(e) => warn!(%host, error = %e, "cannot resolve the API server to refuse it as an http action target"),
+        }
+    }
+    refused.sort();
+    refused.dedup();
+    info!(ranges = ?refused, "http actions never reach these addresses through a host name");
+    refused
 }
 
 /// Runs the operator until SIGTERM or SIGINT.
@@ -213,6 +244,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         default_resync: settings.default_resync,
         namespace: settings.namespace.clone(),
         initial_list: settings.initial_list,
+        egress_deny: egress_deny(&settings.egress_deny).await,
     });
     let mut supervisor = Supervisor::new(shared.clone());
     let (set, kinds) = shared.snapshot();

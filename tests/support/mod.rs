@@ -580,7 +580,15 @@ pub fn rules_dir(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
 
 /// The shipped rules plus a webhook action `notify` (once per generation) to `url`.
 pub fn rules_with_webhook(url: &str) -> tempfile::TempDir {
+    let origin = url.trim_end_matches("/hook").to_owned();
+    rules_with_http_action(url, &format!("[{origin:?}]"))
+}
+
+/// The shipped rules plus a webhook action `notify` to `url`, allowed to reach `allowed_hosts`
+/// (a YAML flow list).
+pub fn rules_with_http_action(url: &str, allowed_hosts: &str) -> tempfile::TempDir {
     let url = url.to_owned();
+    let allowed_hosts = allowed_hosts.to_owned();
     rules_dir(move |text| {
         if !text.contains("name: database") {
             return text.to_owned();
@@ -588,7 +596,7 @@ pub fn rules_with_webhook(url: &str) -> tempfile::TempDir {
         text.replace(
             "  actions:\n",
             &format!(
-                "  actions:\n    - id: notify\n      guard: {{generation: true}}\n      http:\n        url: {url}\n        body: '{{\"db\": {{{{ metadata.name | tojson }}}}, \"generation\": {{{{ metadata.generation }}}}}}'\n      record: {{condition: Notified}}\n"
+                "  actions:\n    - id: notify\n      guard: {{generation: true}}\n      http:\n        url: {url}\n        allowedHosts: {allowed_hosts}\n        body: '{{\"db\": {{{{ metadata.name | tojson }}}}, \"generation\": {{{{ metadata.generation }}}}}}'\n      record: {{condition: Notified}}\n"
             ),
         )
     })

@@ -102,3 +102,33 @@ impl Webhook {
         counts
     }
 }
+
+/// A listener on 127.0.0.1 that only counts the connections it accepts: the target a refused
+/// request must never reach.
+pub struct Trap {
+    /// Its port.
+    pub port: u16,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl Trap {
+    /// Starts accepting (and closing) connections on a free port.
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                count.fetch_add(1, Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        Trap { port, accepted }
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}

@@ -84,8 +84,14 @@ pub struct HttpRequest {
     pub headers: BTreeMap<String, String>,
     /// Body.
     pub body: String,
-    /// Timeout in milliseconds.
+    /// Timeout in milliseconds (at most 30 s).
     pub timeout_ms: u64,
+    /// The rule's `allowedHosts`, checked by the sender against the URL and its addresses.
+    #[serde(skip)]
+    pub allowed_hosts: Vec<String>,
+    /// Where the rule declares the URL (`file:line:col`), for a refused request's message.
+    #[serde(skip)]
+    pub at: String,
 }
 
 /// The record of an action's last run, as kept in `status.actions.<id>`.
@@ -344,7 +350,9 @@ fn run(
                 .timeout
                 .as_deref()
                 .and_then(|t| crate::engine::duration::parse(t).ok())
-                .map_or(10_000, |d| d.as_millis() as u64),
+                .map_or(10_000, |d| d.min(crate::engine::egress::MAX_TIMEOUT).as_millis() as u64),
+            allowed_hosts: http.allowed_hosts.iter().map(|h| h.value.clone()).collect(),
+            at: crate::engine::diagnostic::SourceLocation::from_span(&rule.file, &http.url.referenced).to_string(),
         })
     } else {
         return Err(PlanError::InvalidParent(format!("action {id} has no effect")));

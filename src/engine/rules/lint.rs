@@ -34,6 +34,9 @@ fn rule_warnings(rule: &Rule, out: &mut Vec<String>) {
             let what = format!("actions[{}].when", action.id.value);
             warn_expression(file, when, &what, Kind::Expression, out);
         }
+        if let Some(http) = &action.http {
+            warn_url_host(file, &http.url, &format!("actions[{}].http.url", action.id.value), out);
+        }
     }
     for (field, source) in &spec.status.fields {
         if let FieldSource::Template(text) = &source.value {
@@ -83,6 +86,61 @@ fn warn_expression(file: &Path, source: &Located<String>, what: &str, kind: Kind
             access.path, access.id, access.path, access.id
         ));
     }
+}
+
+/// Parent fields tenants write: a URL whose host comes from them goes where the tenant says.
+const PARENT_ROOTS: [&str; 4] = ["spec", "metadata", "status", "object"];
+
+fn warn_url_host(file: &Path, url: &Located<String>, what: &str, out: &mut Vec<String>) {
+    let code = without_strings(&template_code(url_host_part(&url.value)));
+    let Some(root) = code
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .filter_map(|token| token.split('.').next())
+        .find(|name| PARENT_ROOTS.contains(name))
+    else {
+        return;
+    };
+    let location = SourceLocation::from_span(file, &url.referenced);
+    out.push(format!(
+        "{location}: warning: {what}: the url's scheme, host or port depends on `{root}`, which the parent's author writes: they choose among allowedHosts (and probe them)\n  hint: write `https://host/` literally and template only the path or query, e.g. `https://hooks.example.com/db/{{{{ metadata.name | urlencode }}}}`"
+    ));
+}
+
+/// The part of a url template that decides where it goes: everything up to the first `/`, `?`
+/// or `#` after a literal `scheme://` (all of it when `://` is not literal), tags included.
+fn url_host_part(url: &str) -> &str {
+    let bytes = url.as_bytes();
+    let mut authority = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &bytes[i..];
+        let close: Option<&[u8]> = if rest.starts_with(b"{{") {
+            Some(b"}}")
+        } else if rest.starts_with(b"{%") {
+            Some(b"%}")
+        } else if rest.starts_with(b"{#") {
+            Some(b"#}")
+        } else {
+            None
+        };
+        if let Some(close) = close {
+            i = bytes[i + 2..]
+                .windows(2)
+                .position(|w| w == close)
+                .map_or(bytes.len(), |end| i + 2 + end + 2);
+            continue;
+        }
+        if !authority && rest.starts_with(b"://") {
+            authority = true;
+            i += 3;
+            continue;
+        }
+        if authority && matches!(bytes[i], b'/' | b'?' | b'#') {
+            return &url[..i];
+        }
+        i += 1;
+    }
+    url
 }
 
 /// The code parts of a template (inside `{{ }}` and `{% %}`), blank elsewhere.
@@ -222,6 +280,44 @@ mod tests {
         assert!(paths("object.children.db.x").is_empty());
         assert!(paths("'children.db.x' == spec.name").is_empty());
         assert!(paths("children.shards.items() | length > 0").is_empty());
+    }
+
+    fn url_warnings(url: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let located = Located::new(
+            url.to_owned(),
+            serde_saphyr::Location::UNKNOWN,
+            serde_saphyr::Location::UNKNOWN,
+        );
+        warn_url_host(Path::new("r.yaml"), &located, "actions[notify].http.url", &mut out);
+        out
+    }
+
+    #[test]
+    fn a_url_whose_host_comes_from_the_parent_is_warned_about() {
+        for url in [
+            "{{ spec.webhook }}",
+            "https://{{ spec.host }}/hook",
+            "https://hooks.example.com{{ spec.path }}",
+            "{{ metadata.annotations['hook'] }}/x",
+            "https://hooks.example.com:{{ status.port }}/",
+            "{{ object | dig('spec.url', '') }}",
+        ] {
+            assert_eq!(url_warnings(url).len(), 1, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_literal_host_with_templated_path_or_query_is_not() {
+        for url in [
+            "https://hooks.example.com/db/{{ metadata.name | urlencode }}",
+            "https://hooks.example.com?db={{ spec.name }}",
+            "https://{{ rule.name }}.example.com/",
+            "http://127.0.0.1:8080/hook#{{ spec.x }}",
+            "https://hooks.example.com/{{ 'spec' }}",
+        ] {
+            assert!(url_warnings(url).is_empty(), "{url}: {:?}", url_warnings(url));
+        }
     }
 
     #[test]

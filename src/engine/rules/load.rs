@@ -16,9 +16,9 @@ use super::model::{
 };
 use super::{Rule, RuleSet, inline_template_name};
 use crate::engine::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
-use crate::engine::duration;
 use crate::engine::template::{CompileError, Renderer};
 use crate::engine::yaml;
+use crate::engine::{duration, egress};
 
 /// Loads and validates every rule and template. All-or-nothing: one problem anywhere means
 /// no rule set, so a half-valid set never runs.
@@ -542,10 +542,32 @@ impl RuleChecker<'_> {
                 for (header, value) in &http.headers {
                     self.compile_inline(rule, &format!("actions.{id}.http.headers.{header}"), value, at.clone());
                 }
-                if let Some(timeout) = &http.timeout
-                    && let Err(e) = duration::parse_at_least(timeout, std::time::Duration::from_millis(1))
-                {
-                    self.report(at.clone(), format!("action {id:?}: http.timeout: {e}"), None);
+                if let Some(timeout) = &http.timeout {
+                    match duration::parse_at_least(timeout, std::time::Duration::from_millis(1)) {
+                        Err(e) => self.report(at.clone(), format!("action {id:?}: http.timeout: {e}"), None),
+                        Ok(t) if t > egress::MAX_TIMEOUT => self.report(
+                            at.clone(),
+                            format!("action {id:?}: http.timeout {timeout} is longer than the 30s maximum"),
+                            None,
+                        ),
+                        Ok(_) => {}
+                    }
+                }
+                if http.allowed_hosts.is_empty() {
+                    self.report(
+                        self.at(&http.url),
+                        format!("action {id:?}: http needs allowedHosts: the hosts its url may reach"),
+                        Some("e.g. allowedHosts: [hooks.example.com] (https on 443), or \"http://127.0.0.1:8080\" verbatim"),
+                    );
+                }
+                for entry in &http.allowed_hosts {
+                    if let Err(e) = egress::AllowedHost::parse(&entry.value) {
+                        self.report(
+                            self.at(entry),
+                            format!("action {id:?}: http.allowedHosts entry {:?}: {e}", entry.value),
+                            Some("an entry is [http://]host[:port], *.domain, an IP address or localhost"),
+                        );
+                    }
                 }
             }
             _ => self.report(

@@ -257,9 +257,19 @@ pub struct CreateAction {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HttpAction {
-    /// Target URL (a Jinja template).
+    /// Target URL (a Jinja template). Only scheme, host and port ever show in status, Events
+    /// and logs.
     #[schemars(with = "String")]
     pub url: Located<String>,
+    /// Where the request may go (required): `hooks.example.com` (https on 443),
+    /// `hooks.example.com:8443`, `*.internal.example.com` (any name under it),
+    /// `http://hooks.example.com[:port]` (plain http only when written so), an IP address
+    /// (`http://127.0.0.1:8080`, `[::1]`) or `localhost`. A name never reaches loopback,
+    /// link-local, metadata or operator-refused addresses; an address entry reaches exactly
+    /// itself.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub allowed_hosts: Vec<Located<String>>,
     /// HTTP method (default `POST`).
     #[serde(default = "default_method")]
     pub method: String,
@@ -270,7 +280,7 @@ pub struct HttpAction {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub body: Option<Located<String>>,
-    /// Per-request timeout, e.g. `10s` (default `10s`).
+    /// Per-request timeout, e.g. `10s` (default `10s`, at most `30s`).
     #[serde(default)]
     pub timeout: Option<String>,
 }
