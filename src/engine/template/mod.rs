@@ -2,12 +2,17 @@
 //!
 //! Two environments: `yaml` renders object templates through the injection guard
 //! ([`inert::format_value`]); `text` renders short inline strings (status fields, condition
-//! reasons, webhook URLs and bodies) whose output is a string value, not YAML.
+//! reasons, webhook URLs and bodies) whose output is a string value, not YAML. Neither
+//! auto-escapes: minijinja would choose HTML or JSON escaping from a template's file extension
+//! (and an inline template's name ends in its field path, say `status.fields.html`).
 
 pub mod inert;
+pub mod placeholder;
 
 use minijinja::value::{Serde, Value, ValueKind};
-use minijinja::{Environment, UndefinedBehavior};
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+
+pub use placeholder::Placeholders;
 use serde::Serialize;
 
 /// Instructions one render may execute before it is stopped (loops over huge lists, recursion).
@@ -95,6 +100,7 @@ impl CompileError {
 
 fn strict_environment() -> Environment<'static> {
     let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_fuel(Some(FUEL));
     env.add_filter("dig", dig);
@@ -122,6 +128,8 @@ impl Default for Renderer {
     fn default() -> Self {
         let mut yaml = strict_environment();
         yaml.set_formatter(inert::format_value);
+        yaml.add_filter("escape", inert::escape);
+        yaml.add_filter("e", inert::escape);
         Renderer {
             yaml,
             text: strict_environment(),
@@ -159,9 +167,21 @@ impl Renderer {
             .map_err(|e| CompileError::from_minijinja(label, &e))
     }
 
-    /// Renders an object template to YAML text.
-    pub fn render_yaml(&self, name: &str, context: &Value) -> Result<String, RenderError> {
-        render(&self.yaml, name, context)
+    /// Renders an object template to YAML text and the strings to put back once it is parsed
+    /// ([`Placeholders::restore`]).
+    pub fn render_yaml(&self, name: &str, context: &Value) -> Result<Rendered, RenderError> {
+        let template = self
+            .yaml
+            .get_template(name)
+            .map_err(|e| RenderError::from_minijinja(&e, name))?;
+        let mut captured = template
+            .render_captured(context)
+            .map_err(|e| RenderError::from_minijinja(&e, name))?;
+        let placeholders = captured
+            .with_state_mut(|state| state.get_extension_mut::<Placeholders>().map(std::mem::take))
+            .unwrap_or_default();
+        let text = check_size(name, captured.into_output())?;
+        Ok(Rendered { text, placeholders })
     }
 
     /// Renders an inline string template.
@@ -186,6 +206,15 @@ impl Renderer {
     }
 }
 
+/// An object template's output: YAML text whose retyping strings are placeholders.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The rendered text, to parse.
+    pub text: String,
+    /// The strings the text holds as placeholders, to restore into the parsed value.
+    pub placeholders: Placeholders,
+}
+
 fn render(env: &Environment<'static>, name: &str, context: &Value) -> Result<String, RenderError> {
     let template = env
         .get_template(name)
@@ -193,6 +222,10 @@ fn render(env: &Environment<'static>, name: &str, context: &Value) -> Result<Str
     let output = template
         .render(context)
         .map_err(|e| RenderError::from_minijinja(&e, name))?;
+    check_size(name, output)
+}
+
+fn check_size(name: &str, output: String) -> Result<String, RenderError> {
     if output.len() > MAX_OUTPUT_BYTES {
         return Err(RenderError::in_template(
             name,
