@@ -151,3 +151,39 @@ fn maps_from_the_resource_cannot_break_out_of_their_position() {
         Err(e) => assert!(matches!(e, PlanError::InvalidChild { .. }), "unexpected error {e}"),
     }
 }
+
+#[test]
+fn escape_filters_refuse_every_payload_whatever_the_template_name() {
+    for name in ["t/w.j2", "t/x.tmpl", "t/y.html.j2", "t/z.html", "t/c.yaml.j2"] {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (rules, templates) = (root.path().join("rules"), root.path().join("templates"));
+        std::fs::create_dir_all(&rules).expect("mkdir");
+        std::fs::create_dir_all(templates.join("t")).expect("mkdir");
+        std::fs::write(
+            rules.join("r.yaml"),
+            format!("apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  watch: {{apiVersion: myorg.io/v1, kind: Database}}\n  children:\n    - {{id: cm, apiVersion: v1, kind: ConfigMap, template: {name}}}\n"),
+        )
+        .expect("write");
+        std::fs::write(
+            templates.join(name),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: {{ spec.version | e }}\n  b: '{{ spec.version | escape }}'\n",
+        )
+        .expect("write");
+        let set = load(&rules, &templates).expect("loads");
+        let rule = set.rule("r").expect("rule");
+        for payload in PAYLOADS {
+            match plan::plan(
+                &set.renderer,
+                rule,
+                &parent(payload, "1Gi"),
+                &[],
+                "2026-11-29T10:00:00Z",
+            ) {
+                Err(PlanError::Render(e)) => {
+                    assert!(e.message.contains("not safe to insert raw"), "{name} {payload:?}: {e}")
+                }
+                other => panic!("{name}: {payload:?} was not refused: {other:?}"),
+            }
+        }
+    }
+}

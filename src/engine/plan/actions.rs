@@ -429,12 +429,22 @@ mod tests {
     fn a_key_ruleop_did_not_write_is_no_record_and_never_panics() {
         let name = object_name("orders", "backup", "ééééééééééé");
         assert_eq!(name, "orders-backup-éééééééééé");
-        for key in ["ééééééééééé", "0123456789ABCDEF", "0123456789abcde", "k1", "0123456789abcdef0"] {
-            let parent = json!({"status": {"actions": {"backup": {"key": key, "phase": "Pending", "guardValue": "x"}}}});
+        for key in [
+            "ééééééééééé",
+            "0123456789ABCDEF",
+            "0123456789abcde",
+            "k1",
+            "0123456789abcdef0",
+        ] {
+            let parent =
+                json!({"status": {"actions": {"backup": {"key": key, "phase": "Pending", "guardValue": "x"}}}});
             assert_eq!(RunRecord::read(&parent, "backup"), None, "{key:?}");
         }
         let parent = json!({"status": {"actions": {"backup": {"key": "0123456789abcdef", "phase": "Done"}}}});
-        assert_eq!(RunRecord::read(&parent, "backup").map(|r| r.key), Some("0123456789abcdef".to_owned()));
+        assert_eq!(
+            RunRecord::read(&parent, "backup").map(|r| r.key),
+            Some("0123456789abcdef".to_owned())
+        );
         let keyless = json!({"status": {"actions": {"backup": {"phase": "Done", "runs": 2}}}});
         assert_eq!(RunRecord::read(&keyless, "backup").map(|r| r.runs), Some(2));
         assert!(is_key(&idempotency_key("uid", "backup", "generation=1")));

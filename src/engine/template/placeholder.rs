@@ -212,13 +212,46 @@ mod tests {
     #[test]
     fn retyping_forms_are_caught_and_words_are_not() {
         for s in [
-            "", "0755", "16", "1e3", "1_000", "12:30", "0x1F", "0b101", "0o17", "-5", "+5", ".5", ".inf",
-            "-.inf", ".NaN", "~", "null", "Null", "NULL", "true", "True", "FALSE", "yes", "Yes", "NO", "y", "N",
-            "on", "Off", "2001-12-14", "<<", "=", "nan", "inf",
+            "",
+            "0755",
+            "16",
+            "1e3",
+            "1_000",
+            "12:30",
+            "0x1F",
+            "0b101",
+            "0o17",
+            "-5",
+            "+5",
+            ".5",
+            ".inf",
+            "-.inf",
+            ".NaN",
+            "~",
+            "null",
+            "Null",
+            "NULL",
+            "true",
+            "True",
+            "FALSE",
+            "yes",
+            "Yes",
+            "NO",
+            "y",
+            "N",
+            "on",
+            "Off",
+            "2001-12-14",
+            "<<",
+            "=",
+            "nan",
+            "inf",
         ] {
             assert!(retypes(s), "{s:?}");
         }
-        for s in ["postgres", "orders", "x1F", "e3", "yess", "nothing", "onwards", "fast", "infra"] {
+        for s in [
+            "postgres", "orders", "x1F", "e3", "yess", "nothing", "onwards", "fast", "infra",
+        ] {
             assert!(!retypes(s), "{s:?}");
         }
     }
