@@ -154,7 +154,14 @@ fn maps_from_the_resource_cannot_break_out_of_their_position() {
 
 #[test]
 fn escape_filters_refuse_every_payload_whatever_the_template_name() {
-    for name in ["t/w.j2", "t/x.tmpl", "t/y.html.j2", "t/z.html", "t/c.yaml.j2"] {
+    for (name, filter) in [
+        ("t/w.j2", "e"),
+        ("t/x.tmpl", "e"),
+        ("t/y.html.j2", "e"),
+        ("t/z.html", "escape"),
+        ("t/c.yaml.j2", "escape"),
+        ("t/d.xml.j2", "escape"),
+    ] {
         let root = tempfile::tempdir().expect("tempdir");
         let (rules, templates) = (root.path().join("rules"), root.path().join("templates"));
         std::fs::create_dir_all(&rules).expect("mkdir");
@@ -166,7 +173,9 @@ fn escape_filters_refuse_every_payload_whatever_the_template_name() {
         .expect("write");
         std::fs::write(
             templates.join(name),
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: {{ spec.version | e }}\n  b: '{{ spec.version | escape }}'\n",
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: {{{{ spec.version | {filter} }}}}\n"
+            ),
         )
         .expect("write");
         let set = load(&rules, &templates).expect("loads");
