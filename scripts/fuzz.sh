@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
-FUZZ_TARGETS="${FUZZ_TARGETS:-rule_loader duration render_hostile yaml_reader json_path}"
+FUZZ_TARGETS="${FUZZ_TARGETS:-rule_loader duration render_hostile yaml_reader json_path parent_status}"
 CARGO_FUZZ_VERSION=0.13.1
 tools="$PWD/target/tools"
 export PATH="$tools/bin:$PATH"

@@ -151,3 +151,48 @@ fn maps_from_the_resource_cannot_break_out_of_their_position() {
         Err(e) => assert!(matches!(e, PlanError::InvalidChild { .. }), "unexpected error {e}"),
     }
 }
+
+#[test]
+fn escape_filters_refuse_every_payload_whatever_the_template_name() {
+    for (name, filter) in [
+        ("t/w.j2", "e"),
+        ("t/x.tmpl", "e"),
+        ("t/y.html.j2", "e"),
+        ("t/z.html", "escape"),
+        ("t/c.yaml.j2", "escape"),
+        ("t/d.xml.j2", "escape"),
+    ] {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (rules, templates) = (root.path().join("rules"), root.path().join("templates"));
+        std::fs::create_dir_all(&rules).expect("mkdir");
+        std::fs::create_dir_all(templates.join("t")).expect("mkdir");
+        std::fs::write(
+            rules.join("r.yaml"),
+            format!("apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  watch: {{apiVersion: myorg.io/v1, kind: Database}}\n  children:\n    - {{id: cm, apiVersion: v1, kind: ConfigMap, template: {name}}}\n"),
+        )
+        .expect("write");
+        std::fs::write(
+            templates.join(name),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: {{{{ spec.version | {filter} }}}}\n"
+            ),
+        )
+        .expect("write");
+        let set = load(&rules, &templates).expect("loads");
+        let rule = set.rule("r").expect("rule");
+        for payload in PAYLOADS {
+            match plan::plan(
+                &set.renderer,
+                rule,
+                &parent(payload, "1Gi"),
+                &[],
+                "2026-11-29T10:00:00Z",
+            ) {
+                Err(PlanError::Render(e)) => {
+                    assert!(e.message.contains("not safe to insert raw"), "{name} {payload:?}: {e}")
+                }
+                other => panic!("{name}: {payload:?} was not refused: {other:?}"),
+            }
+        }
+    }
+}

@@ -13,7 +13,14 @@ use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::{SourceFile, load, load_sources};
 
 /// The names of the targets, each a directory of seeds and of regression inputs.
-pub const TARGETS: [&str; 5] = ["rule_loader", "duration", "render_hostile", "yaml_reader", "json_path"];
+pub const TARGETS: [&str; 6] = [
+    "rule_loader",
+    "duration",
+    "render_hostile",
+    "yaml_reader",
+    "json_path",
+    "parent_status",
+];
 
 /// Runs the target called `name` on `data`; `false` for an unknown name.
 pub fn run(name: &str, data: &[u8]) -> bool {
@@ -23,6 +30,7 @@ pub fn run(name: &str, data: &[u8]) -> bool {
         "render_hostile" => render_hostile(data),
         "yaml_reader" => yaml_reader(data),
         "json_path" => json_path(data),
+        "parent_status" => parent_status(data),
         _ => return false,
     }
     true
@@ -236,6 +244,47 @@ pub fn json_path(data: &[u8]) {
     let _ = crate::engine::plan::status_eval::first_match(&object, path);
 }
 
+/// A hostile parent status (run records, conditions, fields) under every shipped rule: the
+/// input is YAML for `status` (the first byte, when odd, also marks the parent as being deleted,
+/// so `on: delete` actions read their records too). Planning gives a plan or an error, never a
+/// panic, and every run it decides carries a key ruleop made, whatever key the status held.
+pub fn parent_status(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(rest);
+    let Ok(mut documents) = crate::engine::yaml::documents(&text) else {
+        return;
+    };
+    let status = if documents.is_empty() {
+        Value::Null
+    } else {
+        documents.swap_remove(0)
+    };
+    let set = shipped_rules();
+    for rule in &set.rules {
+        let mut parent = database_with("/spec/version", json!("16"));
+        parent["apiVersion"] = json!(rule.spec.watch.api_version);
+        parent["kind"] = json!(rule.spec.watch.kind);
+        parent["status"] = status.clone();
+        if mode % 2 == 1 {
+            parent["metadata"]["deletionTimestamp"] = json!(NOW);
+            parent["metadata"]["finalizers"] = json!(["ruleop.io/cleanup"]);
+        }
+        let Ok(planned) = plan::plan(&set.renderer, rule, &parent, &[], NOW) else {
+            continue;
+        };
+        for decision in planned.actions.iter().filter(|d| d.run) {
+            let key = decision.key.as_deref().unwrap_or_default();
+            assert!(
+                crate::engine::plan::actions::is_key(key),
+                "action {} runs with key {key:?}, which ruleop did not make",
+                decision.id
+            );
+        }
+    }
+}
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -270,6 +319,14 @@ mod tests {
         render_hostile(b"\x01true");
         render_hostile(b"\x01null");
         render_hostile(b"\x00");
+    }
+
+    #[test]
+    fn foreign_run_records_neither_panic_nor_lend_their_key() {
+        parent_status("\x00actions: {backup: {key: ééééééééééé, phase: Pending, guardValue: x}}".as_bytes());
+        parent_status("\x01actions: {final-backup: {key: \"../x\", phase: Pending}}".as_bytes());
+        parent_status(b"\x00actions: [1, 2]");
+        parent_status(b"\x00conditions: {a: 1}");
     }
 
     #[test]

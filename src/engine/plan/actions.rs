@@ -115,11 +115,23 @@ pub struct RunRecord {
 
 impl RunRecord {
     /// Reads `status.actions.<id>` of the parent.
+    ///
+    /// A record whose `key` is not one ruleop writes ([`is_key`]) was not written by ruleop and
+    /// counts as no record: the key names created objects and is sent as `Idempotency-Key`, so it
+    /// must never come from elsewhere; and no record is what whoever can write status gets anyway
+    /// by deleting it. Running again is then safe because the fresh key is the same function of
+    /// (parent UID, action id, guard value): a created object meets AlreadyExists, an HTTP
+    /// endpoint sees the key it saw before. Failing the plan instead would stop every child of
+    /// the parent over a field only a status writer can fix.
     pub fn read(parent: &Value, id: &str) -> Option<Self> {
         let record = parent.pointer(&format!("/status/actions/{id}"))?;
         let text = |f: &str| record.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let key = text("key");
+        if !key.is_empty() && !is_key(&key) {
+            return None;
+        }
         Some(RunRecord {
-            key: text("key"),
+            key,
             guard_value: text("guardValue"),
             phase: text("phase"),
             runs: record.get("runs").and_then(Value::as_u64).unwrap_or(0),
@@ -130,15 +142,25 @@ impl RunRecord {
     }
 }
 
+/// Length of an idempotency key: 8 bytes of SHA-256 in lowercase hex.
+pub const KEY_LEN: usize = 16;
+
 /// The idempotency key of a run: stable for (parent UID, action id, guard value).
 pub fn idempotency_key(parent_uid: &str, action_id: &str, guard_value: &str) -> String {
     let digest = Sha256::digest(format!("{parent_uid}/{action_id}/{guard_value}").as_bytes());
-    hex(&digest[..8])
+    hex(&digest[..KEY_LEN / 2])
+}
+
+/// Whether `key` has the form of an [`idempotency_key`].
+pub fn is_key(key: &str) -> bool {
+    key.len() == KEY_LEN && key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The name of an object created by a run: `<parent>-<action>-<key prefix>`, at most 63 characters.
 pub fn object_name(parent: &str, action_id: &str, key: &str) -> String {
-    let suffix = format!("-{action_id}-{}", &key[..key.len().min(10)]);
+    // By characters: a key is hex when ruleop made it, but this must not panic on any text.
+    let key_prefix: String = key.chars().take(10).collect();
+    let suffix = format!("-{action_id}-{key_prefix}");
     let room = 63usize.saturating_sub(suffix.len());
     let prefix: String = parent.chars().take(room).collect();
     format!("{}{suffix}", prefix.trim_end_matches('-'))
@@ -409,5 +431,30 @@ mod tests {
         );
         let name = object_name(&"x".repeat(80), "backup", "0123456789abcdef");
         assert!(name.len() <= 63 && name.ends_with("-backup-0123456789"), "{name}");
+    }
+
+    #[test]
+    fn a_key_ruleop_did_not_write_is_no_record_and_never_panics() {
+        let name = object_name("orders", "backup", "ééééééééééé");
+        assert_eq!(name, "orders-backup-éééééééééé");
+        for key in [
+            "ééééééééééé",
+            "0123456789ABCDEF",
+            "0123456789abcde",
+            "k1",
+            "0123456789abcdef0",
+        ] {
+            let parent =
+                json!({"status": {"actions": {"backup": {"key": key, "phase": "Pending", "guardValue": "x"}}}});
+            assert_eq!(RunRecord::read(&parent, "backup"), None, "{key:?}");
+        }
+        let parent = json!({"status": {"actions": {"backup": {"key": "0123456789abcdef", "phase": "Done"}}}});
+        assert_eq!(
+            RunRecord::read(&parent, "backup").map(|r| r.key),
+            Some("0123456789abcdef".to_owned())
+        );
+        let keyless = json!({"status": {"actions": {"backup": {"phase": "Done", "runs": 2}}}});
+        assert_eq!(RunRecord::read(&keyless, "backup").map(|r| r.runs), Some(2));
+        assert!(is_key(&idempotency_key("uid", "backup", "generation=1")));
     }
 }

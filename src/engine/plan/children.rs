@@ -101,16 +101,20 @@ pub fn render_object(
         template: declared.template.to_owned(),
         message,
     };
-    let text = renderer.render_yaml(declared.template, context)?;
-    let mut documents = yaml::documents(&text).map_err(|e| {
+    let rendered = renderer.render_yaml(declared.template, context)?;
+    let mut documents = yaml::documents(&rendered.text).map_err(|e| {
         invalid(format!(
             "rendered text is not valid YAML at line {}: {}",
             e.line.unwrap_or(0),
-            e.message
+            rendered.placeholders.display(&e.message)
         ))
     })?;
     let mut object = match documents.len() {
-        1 => documents.remove(0),
+        // Strings the formatter wrote as placeholders go back in before anything reads the object.
+        1 => rendered
+            .placeholders
+            .restore(documents.remove(0))
+            .map_err(|e| invalid(e.to_string()))?,
         0 => return Err(invalid("rendered no object".to_owned())),
         n => {
             return Err(invalid(format!(

@@ -3,9 +3,17 @@
 //! A value from a custom resource must never add keys, items or documents to a rendered object.
 //! Strings are written raw only when they are structurally inert in any YAML position; anything
 //! else fails the render unless the template marked it `|tojson` (a quoted JSON scalar) or `|safe`.
+//! An inert string that YAML 1.1 would re-read as another type is written as a placeholder
+//! ([`super::placeholder`]), so a parent's `"0755"` stays the string `"0755"`.
+//!
+//! The guard holds whatever the template's file name: the object environment never auto-escapes
+//! (minijinja would pick HTML or JSON escaping from the extension), and [`escape`] replaces the
+//! built-in `e`/`escape`, whose output is marked safe and would be written raw.
 
 use minijinja::value::{Value, ValueKind};
 use minijinja::{Error, ErrorKind, Output, State};
+
+use super::placeholder::Placeholders;
 
 /// Characters that start a YAML indicator when they open a plain scalar.
 const LEADING_INDICATORS: &[char] = &['[', ']', '{', '}', ',', '#', '&', '*', '!', '|', '>', '%', '@', '`'];
@@ -49,7 +57,7 @@ pub fn why_not_inert(s: &str) -> Option<&'static str> {
 
 /// The renderer's formatter: inert strings raw, scalars as JSON, maps and lists as JSON flow
 /// collections whose strings cannot close a surrounding YAML quote; everything else is an error.
-pub fn format_value(out: &mut Output, _state: &mut State, value: &Value) -> Result<(), Error> {
+pub fn format_value(out: &mut Output, state: &mut State, value: &Value) -> Result<(), Error> {
     if value.is_safe() {
         return write(out, value.as_str().unwrap_or_default());
     }
@@ -58,15 +66,27 @@ pub fn format_value(out: &mut Output, _state: &mut State, value: &Value) -> Resu
         ValueKind::Bool => write(out, if value.is_true() { "true" } else { "false" }),
         ValueKind::Number => write(out, &value.to_string()),
         ValueKind::String => {
-            let s = value.as_str().unwrap_or_default();
-            match why_not_inert(s) {
-                None => write(out, s),
+            let raw = value.as_str().unwrap_or_default();
+            // A captured block or macro output may hold placeholders: judge the real text.
+            let s = match state.get_extension::<Placeholders>() {
+                Some(placeholders) => placeholders.resolve(raw).map_err(invalid)?,
+                None => std::borrow::Cow::Borrowed(raw),
+            };
+            match why_not_inert(&s) {
+                None if super::placeholder::retypes(&s) => {
+                    let token = state
+                        .get_or_insert_extension_with(Placeholders::new)
+                        .insert(s.into_owned())
+                        .map_err(invalid)?;
+                    write(out, &token)
+                }
+                None => write(out, &s),
                 Some(reason) => Err(Error::new(
                     ErrorKind::InvalidOperation,
                     format!(
                         "value {} is not safe to insert raw into YAML: it contains {reason}; \
                          write `{{{{ ... | tojson }}}}` to insert it as a quoted string",
-                        preview(s)
+                        preview(&s)
                     ),
                 )),
             }
@@ -82,6 +102,17 @@ pub fn format_value(out: &mut Output, _state: &mut State, value: &Value) -> Resu
             format!("a {other} cannot be written into a YAML template"),
         )),
     }
+}
+
+/// `e` / `escape` in object templates: the value unchanged and not marked safe, so the guard
+/// judges it like any other (minijinja's own filter escapes for HTML and marks the result safe,
+/// which the formatter would write raw, line breaks included). A safe value stays safe.
+pub fn escape(value: Value) -> Value {
+    value
+}
+
+fn invalid(e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::InvalidOperation, e.to_string())
 }
 
 fn write(out: &mut Output, s: &str) -> Result<(), Error> {

@@ -2,12 +2,17 @@
 //!
 //! Two environments: `yaml` renders object templates through the injection guard
 //! ([`inert::format_value`]); `text` renders short inline strings (status fields, condition
-//! reasons, webhook URLs and bodies) whose output is a string value, not YAML.
+//! reasons, webhook URLs and bodies) whose output is a string value, not YAML. Neither
+//! auto-escapes: minijinja would choose HTML or JSON escaping from a template's file extension
+//! (and an inline template's name ends in its field path, say `status.fields.html`).
 
 pub mod inert;
+pub mod placeholder;
 
 use minijinja::value::{Serde, Value, ValueKind};
-use minijinja::{Environment, UndefinedBehavior};
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+
+pub use placeholder::Placeholders;
 use serde::Serialize;
 
 /// Instructions one render may execute before it is stopped (loops over huge lists, recursion).
@@ -95,6 +100,7 @@ impl CompileError {
 
 fn strict_environment() -> Environment<'static> {
     let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_fuel(Some(FUEL));
     env.add_filter("dig", dig);
@@ -122,6 +128,8 @@ impl Default for Renderer {
     fn default() -> Self {
         let mut yaml = strict_environment();
         yaml.set_formatter(inert::format_value);
+        yaml.add_filter("escape", inert::escape);
+        yaml.add_filter("e", inert::escape);
         Renderer {
             yaml,
             text: strict_environment(),
@@ -159,9 +167,21 @@ impl Renderer {
             .map_err(|e| CompileError::from_minijinja(label, &e))
     }
 
-    /// Renders an object template to YAML text.
-    pub fn render_yaml(&self, name: &str, context: &Value) -> Result<String, RenderError> {
-        render(&self.yaml, name, context)
+    /// Renders an object template to YAML text and the strings to put back once it is parsed
+    /// ([`Placeholders::restore`]).
+    pub fn render_yaml(&self, name: &str, context: &Value) -> Result<Rendered, RenderError> {
+        let template = self
+            .yaml
+            .get_template(name)
+            .map_err(|e| RenderError::from_minijinja(&e, name))?;
+        let mut captured = template
+            .render_captured(context)
+            .map_err(|e| RenderError::from_minijinja(&e, name))?;
+        let placeholders = captured
+            .with_state_mut(|state| state.get_extension_mut::<Placeholders>().map(std::mem::take))
+            .unwrap_or_default();
+        let text = check_size(name, captured.into_output())?;
+        Ok(Rendered { text, placeholders })
     }
 
     /// Renders an inline string template.
@@ -186,6 +206,15 @@ impl Renderer {
     }
 }
 
+/// An object template's output: YAML text whose retyping strings are placeholders.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The rendered text, to parse.
+    pub text: String,
+    /// The strings the text holds as placeholders, to restore into the parsed value.
+    pub placeholders: Placeholders,
+}
+
 fn render(env: &Environment<'static>, name: &str, context: &Value) -> Result<String, RenderError> {
     let template = env
         .get_template(name)
@@ -193,6 +222,10 @@ fn render(env: &Environment<'static>, name: &str, context: &Value) -> Result<Str
     let output = template
         .render(context)
         .map_err(|e| RenderError::from_minijinja(&e, name))?;
+    check_size(name, output)
+}
+
+fn check_size(name: &str, output: String) -> Result<String, RenderError> {
     if output.len() > MAX_OUTPUT_BYTES {
         return Err(RenderError::in_template(
             name,
@@ -228,6 +261,214 @@ mod tests {
         assert_eq!(eval("c | dig('db.list.0.x')", ctx.clone()), "1");
         assert_eq!(eval("c | dig('db.missing.n', 0)", ctx.clone()), "0");
         assert_eq!(eval("c | dig('nope') is none", ctx), "True");
+    }
+
+    /// Renders `source` as an object template called `name`, parses and restores it.
+    fn object(name: &str, source: &str, context: serde_json::Value) -> Result<serde_json::Value, String> {
+        let mut renderer = Renderer::default();
+        renderer
+            .add_yaml_template(name.to_owned(), source.to_owned())
+            .map_err(|e| e.message)?;
+        let rendered = renderer
+            .render_yaml(name, &to_value(&context))
+            .map_err(|e| e.to_string())?;
+        let mut documents = crate::engine::yaml::documents(&rendered.text).map_err(|e| e.message)?;
+        rendered.placeholders.restore(documents.remove(0)).map_err(|e| e.0)
+    }
+
+    const PAYLOAD: &str = "16\nannotations: {evil: x}\nfinalizers: [x]";
+
+    #[test]
+    fn escape_filters_cannot_bypass_the_guard_whatever_the_file_name() {
+        let ctx = serde_json::json!({"v": PAYLOAD});
+        for name in [
+            "w.j2",
+            "x.tmpl",
+            "y.html.j2",
+            "z.html",
+            "c.xml",
+            "d.json.j2",
+            "e.yaml.j2",
+            "f",
+        ] {
+            for source in [
+                "a: {{ v | e }}",
+                "a: {{ v | escape }}",
+                "a: {{ v | e | e }}",
+                "{% autoescape true %}a: {{ v }}{% endautoescape %}",
+                "{% autoescape true %}a: {{ v | e }}{% endautoescape %}",
+                "{% filter e %}a: {{ v }}{% endfilter %}",
+            ] {
+                let err = object(name, source, ctx.clone()).expect_err(&format!("{name}: {source}"));
+                assert!(err.contains("not safe to insert raw"), "{name}: {source}: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn escape_filters_write_an_inert_value_unchanged_and_keep_numbers() {
+        let ctx = serde_json::json!({"v": "a&b<c>", "n": 3, "s": "16"});
+        for name in ["w.j2", "y.html.j2", "e.yaml.j2"] {
+            let got = object(name, "a: {{ v | e }}\nn: {{ n | e }}\ns: {{ s | escape }}", ctx.clone());
+            assert_eq!(got, Ok(serde_json::json!({"a": "a&b<c>", "n": 3, "s": "16"})), "{name}");
+        }
+    }
+
+    #[test]
+    fn text_templates_never_escape_whatever_the_field_name() {
+        let mut renderer = Renderer::default();
+        for name in ["r#status.fields.html", "r#status.fields.yaml", "r#status.fields.json"] {
+            renderer
+                .add_text_template(name.to_owned(), "{{ v }}".to_owned())
+                .expect("compiles");
+            let got = renderer.render_text(name, &to_value(&serde_json::json!({"v": "<a&'b'>"})));
+            assert_eq!(got.as_deref(), Ok("<a&'b'>"), "{name}");
+        }
+    }
+
+    /// Every YAML 1.1 form that would re-type a string, from the issue and the spec.
+    const RETYPING: &[&str] = &[
+        "0755",
+        "yes",
+        "1e3",
+        "null",
+        "~",
+        "true",
+        "0x1F",
+        "1_000",
+        "12:30",
+        ".inf",
+        "16",
+        "-1",
+        "+1",
+        "1.5",
+        "0b101",
+        "0o17",
+        ".NaN",
+        "-.inf",
+        "Yes",
+        "NO",
+        "y",
+        "n",
+        "on",
+        "OFF",
+        "Null",
+        "NULL",
+        "FALSE",
+        "True",
+        "2001-12-14",
+        "2001-12-14t21:59:43.10-05:00",
+        "190:20:30",
+        "<<",
+        "=",
+        "",
+    ];
+
+    #[test]
+    fn a_parent_string_keeps_its_type_as_a_whole_scalar() {
+        for s in RETYPING {
+            let ctx = serde_json::json!({"v": s});
+            for source in [
+                "a: {{ v }}",
+                "a: \"{{ v }}\"",
+                "a: '{{ v }}'",
+                "a: [{{ v }}]",
+                "a: {b: {{ v }}}",
+                "a:\n  - {{ v }}",
+            ] {
+                let got =
+                    object("t.yaml.j2", source, ctx.clone()).unwrap_or_else(|e| panic!("{s:?} in {source:?}: {e}"));
+                let want = match source {
+                    s2 if s2.contains('[') || s2.contains("- ") => serde_json::json!({"a": [s]}),
+                    s2 if s2.contains("{b") => serde_json::json!({"a": {"b": s}}),
+                    _ => serde_json::json!({"a": s}),
+                };
+                assert_eq!(got, want, "{s:?} in {source:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_parent_string_keeps_its_type_embedded_and_as_a_key() {
+        for s in RETYPING {
+            let ctx = serde_json::json!({"v": s, "w": "1"});
+            let got = object(
+                "t.j2",
+                "image: postgres:{{ v }}\nbare: {{ v }}{{ w }}\nquoted: \"x{{ v }}\"\nblock: |\n  {{ v }}\n{{ v }}: key\n",
+                ctx,
+            )
+            .unwrap_or_else(|e| panic!("{s:?}: {e}"));
+            let want = serde_json::json!({
+                "image": format!("postgres:{s}"),
+                "bare": format!("{s}1"),
+                "quoted": format!("x{s}"),
+                "block": format!("{s}\n"),
+                *s: "key",
+            });
+            assert_eq!(got, want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn numbers_booleans_and_null_keep_their_types() {
+        let ctx = serde_json::json!({"n": 16, "f": 1.5, "b": false, "z": null});
+        let got = object(
+            "t.yaml.j2",
+            "n: {{ n }}\nf: {{ f }}\nb: {{ b }}\nz: {{ z }}\ns: v{{ n }}",
+            ctx,
+        );
+        assert_eq!(
+            got,
+            Ok(serde_json::json!({"n": 16, "f": 1.5, "b": false, "z": null, "s": "v16"}))
+        );
+    }
+
+    #[test]
+    fn captured_blocks_and_macros_keep_the_type_of_what_they_hold() {
+        let ctx = serde_json::json!({"v": "0755", "w": "16\nx: y"});
+        let source = "{% macro m() %}{{ v }}{% endmacro %}{% set c %}{{ v }}{% endset %}\n\
+                      a: {{ m() }}\nb: {{ c }}\nc: x{{ c }}\nd: {{ c | upper }}\n";
+        let got = object("t.yaml.j2", source, ctx.clone());
+        assert_eq!(
+            got,
+            Ok(serde_json::json!({"a": "0755", "b": "0755", "c": "x0755", "d": "0755"}))
+        );
+        let refused = object("t.yaml.j2", "{% set c %}x{{ v }}{% endset %}a: {{ c ~ w }}", ctx);
+        assert!(refused.expect_err("line break").contains("not safe"));
+    }
+
+    #[test]
+    fn strings_not_caught_as_retyping_do_stay_strings() {
+        // Checks `placeholder::retypes` against the parser itself, over short strings of the
+        // characters YAML 1.1 scalars are made of.
+        let alphabet: Vec<char> = "0189aeEfFnNoOsStTuUlLyYxXbB._-+:~<=/ ".chars().collect();
+        let mut strings: Vec<String> = Vec::new();
+        for a in &alphabet {
+            strings.push(a.to_string());
+            for b in &alphabet {
+                strings.push(format!("{a}{b}"));
+                for c in &alphabet {
+                    strings.push(format!("{a}{b}{c}"));
+                }
+            }
+        }
+        for word in [
+            "yes", "no", "true", "false", "on", "off", "null", "nan", "inf", "infinity", "none",
+        ] {
+            strings.push(word.to_uppercase());
+            strings.push(format!("{}{}", word[..1].to_uppercase(), &word[1..]));
+        }
+        for s in strings {
+            if inert::why_not_inert(&s).is_some() || placeholder::retypes(&s) {
+                continue;
+            }
+            let parsed = crate::engine::yaml::documents(&format!("k: {s}\n"));
+            assert_eq!(
+                parsed.map(|mut d| d.remove(0)),
+                Ok(serde_json::json!({"k": s})),
+                "{s:?} is written raw but does not read back as that string"
+            );
+        }
     }
 
     #[test]
