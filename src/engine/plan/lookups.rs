@@ -7,7 +7,9 @@ use serde_json::{Map, Value};
 
 use super::PlanError;
 use super::context::ParentRef;
+use crate::engine::diagnostic::SourceLocation;
 use crate::engine::rules::Rule;
+use crate::engine::rules::model::{Located, LookupSpec};
 use crate::engine::template::Renderer;
 
 /// Which object a lookup reads.
@@ -73,7 +75,11 @@ pub fn keys(
             |field: &str| renderer.render_text(&rule.inline_template(&format!("lookups.{id}.{field}")), parent_context);
         let name = render("name")?.trim().to_owned();
         let namespace = match &lookup.namespace {
-            Some(_) => render("namespace")?.trim().to_owned(),
+            Some(template) => {
+                let namespace = render("namespace")?.trim().to_owned();
+                guard(rule, lookup, template, &namespace, parent_ref)?;
+                namespace
+            }
             None => String::new(),
         };
         let key = (!name.is_empty()).then(|| LookupKey {
@@ -89,6 +95,39 @@ pub fn keys(
         keys.push((id.clone(), key));
     }
     Ok(keys)
+}
+
+/// The confused-deputy guard for reads, the same as for children's writes: a `namespace` the
+/// parent can influence (a template) must render the parent's namespace or one of
+/// `spec.allowedNamespaces`; a constant one was chosen by the platform engineer who wrote the
+/// rule and may name any namespace. Cluster-scoped kinds have no namespace to guard.
+fn guard(
+    rule: &Rule,
+    lookup: &LookupSpec,
+    template: &Located<String>,
+    namespace: &str,
+    parent_ref: &ParentRef,
+) -> Result<(), PlanError> {
+    let constant = !template.value.contains("{{") && !template.value.contains("{%");
+    if constant
+        || namespace.is_empty()
+        || namespace == parent_ref.namespace
+        || rule.spec.allowed_namespaces.iter().any(|a| a == namespace)
+        || rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
+    {
+        return Ok(());
+    }
+    Err(PlanError::LookupNamespaceNotAllowed {
+        id: lookup.id.value.clone(),
+        at: SourceLocation::from_span(&rule.file, &template.referenced).to_string(),
+        namespace: namespace.to_owned(),
+        parent_namespace: parent_ref.namespace.clone(),
+        allowed: if rule.spec.allowed_namespaces.is_empty() {
+            "none".to_owned()
+        } else {
+            rule.spec.allowed_namespaces.join(", ")
+        },
+    })
 }
 
 /// Reads every lookup: what was read (for the plan) and the `lookups` context entry.
