@@ -5,7 +5,8 @@
 //!
 //! An object carrying this rule's labels for this parent is accepted when
 //! - it is in the parent's namespace and has a controller ownerReference to the parent's UID
-//!   (only ruleop, or someone who can already write the parent's namespace, can set that), or
+//!   (only ruleop, or someone who can already write the parent's namespace, can set that; an
+//!   object an `on: delete` action created has none and shows the annotation below instead), or
 //! - it is owned by labels (cluster-scoped, or in a namespace the rule allows: one of
 //!   `spec.allowedNamespaces`, or a Namespace this parent owns, itself proven) and carries the
 //!   `ruleop.io/parent` annotation naming this parent.
@@ -17,7 +18,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::context::{LABEL_PARENT_UID, ParentRef};
+use super::context::{LABEL_ACTION, LABEL_PARENT_UID, ParentRef};
 use super::scope::ANNOTATION_PARENT;
 use super::{is_child_of, label};
 use crate::engine::rules::Rule;
@@ -47,13 +48,16 @@ pub fn proves(rule: &Rule, parent: &ParentRef, owned_namespaces: &BTreeSet<Strin
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    let annotated = annotation(object, ANNOTATION_PARENT) == Some(&parent_annotation(parent));
     if namespace == parent.namespace {
-        return has_controller_reference(object, &parent.uid);
+        // What an `on: delete` action created has no ownerReference (it outlives the parent).
+        let delete_action_object = label(object, LABEL_ACTION).is_some() && annotated;
+        return has_controller_reference(object, &parent.uid) || delete_action_object;
     }
     let in_allowed_namespace = namespace.is_empty()
         || rule.spec.allowed_namespaces.iter().any(|a| a == namespace)
         || owned_namespaces.contains(namespace);
-    in_allowed_namespace && annotation(object, ANNOTATION_PARENT) == Some(&parent_annotation(parent))
+    in_allowed_namespace && annotated
 }
 
 /// The `ruleop.io/parent` annotation's value for this parent: `<namespace>/<name>`.
