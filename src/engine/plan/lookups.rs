@@ -114,6 +114,7 @@ fn guard(
         || namespace == parent_ref.namespace
         || rule.spec.allowed_namespaces.iter().any(|a| a == namespace)
         || rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
+        || super::builtin::is_cluster_scoped(&lookup.api_version, &lookup.kind)
     {
         return Ok(());
     }
