@@ -152,3 +152,55 @@ pub fn resolve(
     }
     Ok((reads, Value::Object(context)))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::plan::context;
+    use crate::engine::rules::load::load;
+
+    /// The keys of a rule with a templated and a constant lookup namespace, for `spec.from`.
+    fn keys_for(from: &str) -> Result<Vec<(String, Option<LookupKey>)>, PlanError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (rules, templates) = (dir.path().join("rules"), dir.path().join("templates"));
+        std::fs::create_dir_all(&rules).expect("mkdir");
+        std::fs::create_dir_all(&templates).expect("mkdir");
+        std::fs::write(
+            rules.join("copy.yaml"),
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: copy}\nspec:\n  watch: {apiVersion: example.com/v1, kind: Copy}\n  allowedNamespaces: [shared]\n  lookups:\n    - {id: source, apiVersion: v1, kind: ConfigMap, name: source, namespace: \"{{ spec.from }}\"}\n    - {id: defaults, apiVersion: v1, kind: ConfigMap, name: defaults, namespace: platform}\n",
+        )
+        .expect("write rule");
+        let set = load(&rules, &templates).expect("valid rules");
+        let parent = json!({"apiVersion": "example.com/v1", "kind": "Copy",
+            "metadata": {"name": "c", "namespace": "team-a", "uid": "u1"}, "spec": {"from": from}});
+        let parent_ref = ParentRef::read(&parent).expect("parent");
+        let context = context::build(&parent, &std::collections::BTreeMap::new(), "copy", None);
+        keys(&set.renderer, &set.rules[0], &parent_ref, &context)
+    }
+
+    #[test]
+    fn a_lookup_namespace_chosen_by_the_parent_must_be_its_own_or_allowed() {
+        for allowed in ["team-a", "shared", ""] {
+            let keys = keys_for(allowed).expect("allowed namespace");
+            let namespaces: Vec<&str> = keys
+                .iter()
+                .filter_map(|(_, k)| k.as_ref().map(|k| k.namespace.as_str()))
+                .collect();
+            let own = if allowed.is_empty() { "team-a" } else { allowed };
+            assert_eq!(
+                namespaces,
+                [own, "platform"],
+                "a constant namespace is the rule's choice"
+            );
+        }
+        match keys_for("kube-system") {
+            Err(PlanError::LookupNamespaceNotAllowed { id, namespace, at, .. }) => {
+                assert_eq!((id.as_str(), namespace.as_str()), ("source", "kube-system"));
+                assert!(at.contains("copy.yaml:"), "{at}");
+            }
+            other => panic!("expected LookupNamespaceNotAllowed, got {other:?}"),
+        }
+    }
+}
