@@ -147,11 +147,13 @@ fn an_existing_object_is_not_taken_over_by_a_parent_naming_it_unless_the_rule_ad
         &ns.0,
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: payments-cm\n  labels: {app: payments}\ndata:\n  owner: payments\n",
     );
+    // Without `adopt` (the default) first, so the rule is one ruleop has always accepted.
     let rule = |adopt: bool| {
+        let adopt = if adopt { "      adopt: true\n" } else { "" };
         kind.rule_files(
             "grab",
             &format!(
-                "  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: grab/cm.yaml.j2\n      adopt: {adopt}\n"
+                "  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: grab/cm.yaml.j2\n{adopt}"
             ),
             &[(
                 "grab/cm.yaml.j2",
