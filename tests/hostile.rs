@@ -1,5 +1,7 @@
 //! Hostile objects and writers cost only themselves: a parent nested too deeply to decode
-//! does not stall its kind.
+//! does not stall its kind; a parent cannot take over an existing object by naming it, forged
+//! ownership labels elsewhere are neither pruned nor read, and a lookup cannot be aimed at a
+//! namespace the parent does not own.
 
 mod support;
 
@@ -124,4 +126,160 @@ fn failing_parents_are_forgotten_once_deleted() {
     wait_until(WAIT, "the failing parents to be remembered", || remembered() >= 4);
     kubectl_ok(&["delete", &kind.resource(), "--all", "-n", &ns.0]);
     wait_until(WAIT, "deleted parents to be forgotten", || remembered() == 0);
+}
+
+/// The Ready condition's reason of a custom object.
+fn ready_reason(kind: &CustomKind, ns: &str, name: &str) -> String {
+    get(
+        ns,
+        &format!("{}/{name}", kind.resource()),
+        "{.status.conditions[?(@.type==\"Ready\")].reason}",
+    )
+}
+
+#[test]
+fn an_existing_object_is_not_taken_over_by_a_parent_naming_it_unless_the_rule_adopts_it() {
+    let kind = CustomKind::new("hostile-takeover", "Grab");
+    kind.install();
+    let ns = Namespace::new("hostile-takeover");
+    // Someone else's object: the team's ConfigMap, with its own data and no owner.
+    apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: payments-cm\n  labels: {app: payments}\ndata:\n  owner: payments\n",
+    );
+    // Without `adopt` (the default) first, so the rule is one ruleop has always accepted.
+    let rule = |adopt: bool| {
+        let adopt = if adopt { "      adopt: true\n" } else { "" };
+        kind.rule_files(
+            "grab",
+            &format!(
+                "  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: grab/cm.yaml.j2\n{adopt}"
+            ),
+            &[(
+                "grab/cm.yaml.j2",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ spec.target }}\ndata:\n  owner: grab\n",
+            )],
+        )
+    };
+    let (rules, templates) = rule(false);
+    let operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    apply_yaml(&ns.0, &kind.object("grab", r#"{"target": "payments-cm"}"#));
+    wait_until(WAIT, "the take-over to be refused on the parent", || {
+        ready_reason(&kind, &ns.0, "grab") == "ChildNotOwned"
+    });
+    let message = get(
+        &ns.0,
+        &format!("{}/grab", kind.resource()),
+        "{.status.conditions[?(@.type==\"Ready\")].message}",
+    );
+    assert!(
+        message.contains("child \"cm\"") && message.contains("adopt: true"),
+        "{message}"
+    );
+    assert_eq!(get(&ns.0, "configmap/payments-cm", "{.data.owner}"), "payments");
+    assert_eq!(get(&ns.0, "configmap/payments-cm", "{.metadata.ownerReferences}"), "");
+    let reasons = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.0,
+        "--field-selector",
+        "involvedObject.name=grab",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    assert!(reasons.contains("ChildNotOwned"), "Events on the parent: {reasons}");
+    assert!(operator.stop());
+
+    // Only the rule may allow it: with `adopt: true` the object becomes the parent's child.
+    let (rules, templates) = rule(true);
+    let _operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    wait_until(WAIT, "the adopted ConfigMap to be the parent's", || {
+        get(&ns.0, "configmap/payments-cm", "{.metadata.ownerReferences[0].name}") == "grab"
+            && get(&ns.0, "configmap/payments-cm", "{.data.owner}") == "grab"
+    });
+}
+
+#[test]
+fn an_object_with_forged_ownership_labels_in_another_namespace_is_neither_pruned_nor_read() {
+    let kind = CustomKind::new("hostile-forged", "Claim");
+    kind.install();
+    let ns = Namespace::new("hostile-forged");
+    let victim = Namespace::new("hostile-victim");
+    // `allowedNamespaces` makes the child caches cluster-wide: the forged object is seen.
+    let (rules, templates) = kind.rule_files(
+        "claim",
+        "  allowedNamespaces: [hostile-shared]\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: claim/cm.yaml.j2\n    - id: extra\n      apiVersion: v1\n      kind: ConfigMap\n      template: claim/cm.yaml.j2\n      when: \"false\"\n  status:\n    fields:\n      seen: \"{{ children | dig('extra.data.secret', 'none') }}\"\n",
+        &[(
+            "claim/cm.yaml.j2",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-cm\ndata:\n  size: {{ spec.size | tojson }}\n",
+        )],
+    );
+    let operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    apply_yaml(&ns.0, &kind.object("c", r#"{"size": "1"}"#));
+    let what = format!("{}/c", kind.resource());
+    wait_until(WAIT, "the parent's own child and status", || {
+        exists(&ns.0, "configmap/c-cm") && get(&ns.0, &what, "{.status.seen}") == "none"
+    });
+    let uid = get(&ns.0, &what, "{.metadata.uid}");
+    operator.reconciled_after("claim", || {
+        apply_yaml(
+            &victim.0,
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: victim\n  labels: {{ruleop.io/rule: claim, ruleop.io/parent-uid: {uid}, ruleop.io/child: extra}}\n  annotations: {{ruleop.io/parent: {}/c}}\ndata:\n  secret: stolen\n",
+                ns.0
+            ),
+        );
+        merge_patch(&ns.0, &what, r#"{"spec": {"size": "2"}}"#);
+    });
+    wait_until(WAIT, "the parent's child updated", || {
+        get(&ns.0, "configmap/c-cm", "{.data.size}") == "2"
+    });
+    assert!(exists(&victim.0, "configmap/victim"), "the forged object was pruned");
+    assert_eq!(
+        get(&ns.0, &what, "{.status.seen}"),
+        "none",
+        "the forged object was read"
+    );
+}
+
+#[test]
+fn a_lookup_cannot_be_aimed_at_a_namespace_the_parent_does_not_own() {
+    let kind = CustomKind::new("hostile-lookup", "Copy");
+    kind.install();
+    let ns = Namespace::new("hostile-lookup");
+    let other = Namespace::new("hostile-secret");
+    for namespace in [&ns.0, &other.0] {
+        apply_yaml(
+            namespace,
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: source\ndata:\n  value: from-{namespace}\n"),
+        );
+    }
+    let (rules, templates) = kind.rule_files(
+        "copy",
+        "  lookups:\n    - id: source\n      apiVersion: v1\n      kind: ConfigMap\n      name: source\n      namespace: \"{{ spec.from }}\"\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: copy/cm.yaml.j2\n",
+        &[(
+            "copy/cm.yaml.j2",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-copy\ndata:\n  value: {{ lookups.source | dig('data.value', 'none') | tojson }}\n",
+        )],
+    );
+    let _operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    apply_yaml(&ns.0, &kind.object("own", &format!(r#"{{"from": "{}"}}"#, ns.0)));
+    apply_yaml(&ns.0, &kind.object("stolen", &format!(r#"{{"from": "{}"}}"#, other.0)));
+    wait_until(WAIT, "the copy from the parent's own namespace", || {
+        get(&ns.0, "configmap/own-copy", "{.data.value}") == format!("from-{}", ns.0)
+    });
+    wait_until(WAIT, "the lookup into another namespace to be refused", || {
+        ready_reason(&kind, &ns.0, "stolen") == "NamespaceNotAllowed"
+    });
+    let message = get(
+        &ns.0,
+        &format!("{}/stolen", kind.resource()),
+        "{.status.conditions[?(@.type==\"Ready\")].message}",
+    );
+    assert!(
+        message.contains("lookup \"source\"") && message.contains("copy.yaml:"),
+        "{message}"
+    );
+    assert!(!exists(&ns.0, "configmap/stolen-copy"));
 }

@@ -1,6 +1,7 @@
 //! The shipped Tenant rule against the real control plane: a Namespace with a quota, limits and
 //! one RoleBinding per member; members removed and reordered; deletion through the finalizer;
-//! the looked-up platform defaults updating every Tenant's quota (latency measured).
+//! the looked-up platform defaults updating every Tenant's quota (latency measured); a Tenant
+//! outside the platform namespace gets nothing, and a system: member is refused.
 
 mod support;
 
@@ -19,6 +20,18 @@ static ALONE: Mutex<()> = Mutex::new(());
 /// namespace controller writes them while earlier tests' namespaces terminate; ruleop's own
 /// counter covers them.
 const CHILD_RESOURCES: &[&str] = &["resourcequotas", "limitranges", "rolebindings"];
+
+/// The shipped rules with the Tenant rule's platform namespace replaced by the test's own.
+fn rules_for(ns: &Namespace) -> tempfile::TempDir {
+    let pinned = format!("namespaces: [{}]", ns.0);
+    let rules = rules_dir(|text| text.replace("namespaces: [platform]", &pinned));
+    let tenant = std::fs::read_to_string(rules.path().join("tenant.yaml")).expect("tenant rule");
+    assert!(
+        tenant.contains(&pinned),
+        "the shipped Tenant rule is pinned to platform"
+    );
+    rules
+}
 
 fn defaults(cpu: &str) -> String {
     format!(
@@ -69,7 +82,8 @@ fn a_tenant_gets_its_namespace_quota_and_members_and_takes_them_along_when_delet
     install_crds();
     let ns = Namespace::new("tn-life");
     apply_yaml(&ns.0, &defaults("4"));
-    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    let rules = rules_for(&ns);
+    let operator = Operator::start(rules.path(), &templates(), &ns.0);
     let name = unique(&ns, "life");
     let home = format!("tenant-{name}");
     apply_yaml(&ns.0, &tenant(&name, &["alice", "bob", "carol"]));
@@ -139,7 +153,8 @@ fn editing_the_platform_defaults_updates_every_tenants_quota() {
     install_crds();
     let ns = Namespace::new("tn-defaults");
     apply_yaml(&ns.0, &defaults("4"));
-    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    let rules = rules_for(&ns);
+    let operator = Operator::start(rules.path(), &templates(), &ns.0);
     const TENANTS: usize = 50;
     let names: Vec<String> = (0..TENANTS).map(|i| unique(&ns, &format!("d{i:02}"))).collect();
     let manifests: String = names
@@ -223,6 +238,7 @@ fn sigkill_in_the_middle_of_tenant_cleanup_leaks_no_namespace_and_leaves_no_tena
     install_crds();
     let ns = Namespace::new("tn-kill");
     apply_yaml(&ns.0, &defaults("4"));
+    let rules = rules_for(&ns);
     let mut kills = 0;
     for round in 0..3 {
         let names: Vec<String> = (0..5).map(|i| unique(&ns, &format!("k{round}{i}"))).collect();
@@ -231,7 +247,7 @@ fn sigkill_in_the_middle_of_tenant_cleanup_leaks_no_namespace_and_leaves_no_tena
             .map(|n| format!("---\n{}", tenant(n, &["alice", "bob"])))
             .collect();
         apply_yaml(&ns.0, &manifests);
-        let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+        let operator = Operator::start(rules.path(), &templates(), &ns.0);
         wait_until(WAIT, "every Tenant's RoleBindings", || {
             names.iter().all(|n| role_bindings(&format!("tenant-{n}")).len() == 2)
         });
@@ -242,12 +258,12 @@ fn sigkill_in_the_middle_of_tenant_cleanup_leaks_no_namespace_and_leaves_no_tena
         let targets: Vec<String> = names.iter().map(|n| format!("tenant/{n}")).collect();
         args.extend(targets.iter().map(String::as_str));
         kubectl_ok(&args);
-        let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+        let operator = Operator::start(rules.path(), &templates(), &ns.0);
         std::thread::sleep(Duration::from_millis(random_below(1500)));
         operator.kill();
         kills += 2;
         let left = names.iter().filter(|n| exists(&ns.0, &format!("tenant/{n}"))).count();
-        let _operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+        let _operator = Operator::start(rules.path(), &templates(), &ns.0);
         wait_until(WAIT, "every Tenant to be gone", || {
             names.iter().all(|n| !exists(&ns.0, &format!("tenant/{n}")))
         });
@@ -262,4 +278,39 @@ fn sigkill_in_the_middle_of_tenant_cleanup_leaks_no_namespace_and_leaves_no_tena
         eprintln!("round {round}: {left}/5 Tenants left when ruleop was killed; none stuck, no Namespace leaked");
     }
     eprintln!("{kills} SIGKILLs");
+}
+
+#[test]
+fn a_tenant_outside_the_platform_namespace_gets_no_namespace_and_no_role_bindings() {
+    let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
+    install_crds();
+    // The shipped rules as they are: Tenants are reconciled in `platform` only.
+    let ns = Namespace::new("tn-elsewhere");
+    apply_yaml(&ns.0, &defaults("4"));
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    let name = unique(&ns, "rogue");
+    apply_yaml(&ns.0, &tenant(&name, &["mallory"]));
+    // A Database created after it is reconciled: the Tenant had its chance.
+    apply_yaml(&ns.0, &database("sentinel", 0, ""));
+    wait_until(WAIT, "the sentinel Database's Service", || {
+        exists(&ns.0, "service/sentinel-svc")
+    });
+    operator.idle_reconciles("database");
+    assert!(
+        !exists(&ns.0, &format!("namespace/tenant-{name}")),
+        "a Tenant outside platform got a Namespace"
+    );
+}
+
+#[test]
+fn a_system_member_is_refused_by_the_tenant_crd() {
+    install_crds();
+    let ns = Namespace::new("tn-system");
+    let out = kubectl_with_stdin(
+        &["apply", "-n", &ns.0, "-f", "-"],
+        Some(&tenant("sneaky", &["\"system:masters\""])),
+    );
+    assert!(!out.status.success(), "a Tenant with a system: member was accepted");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("spec.members[0].name"), "{stderr}");
 }

@@ -49,8 +49,8 @@ pub async fn apply_child(
     if live.is_some_and(|live| compare::covers(live, &desired)) {
         return Ok(ChildOutcome::Unchanged);
     }
-    if live.is_none() && super::cleanup::is_label_owned(child) {
-        super::cleanup::refuse_adoption(cluster, child).await?;
+    if live.is_none() {
+        super::cleanup::refuse_takeover(cluster, child).await?;
     }
     let target = &child.target;
     let api = cluster.api(&target.api_version, &target.kind, &target.namespace)?;

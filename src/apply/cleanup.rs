@@ -1,11 +1,11 @@
 //! Label-owned children and the parent's finalizer: add and remove `ruleop.io/cleanup`, read a
-//! deleting parent's objects fresh from the API server, and refuse to adopt an existing object.
+//! deleting parent's objects fresh from the API server, and refuse to take over an existing
+//! object that is not this parent's.
 //!
 //! Why a fresh LIST on deletion: the caches lag behind our own writes, and a child created just
 //! before the parent was deleted may not be in them yet; removing the finalizer on the cache's
 //! word could leak it. Deletions are rare, so their extra reads cost nothing in steady state.
 
-use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::Value;
 
@@ -13,6 +13,7 @@ use super::{ApplyError, Cluster, ParentHandle};
 use crate::engine::plan::children::DesiredChild;
 use crate::engine::plan::context::LABEL_PARENT_UID;
 use crate::engine::plan::deletion::{FinalizerStep, finalizer_patch};
+use crate::engine::plan::ownership;
 
 /// Adds or removes our finalizer (one merge patch under the parent's resourceVersion) and
 /// replaces `parent` with the result. A parent already gone counts as done.
@@ -76,35 +77,37 @@ pub async fn list_owned(
     Ok(objects)
 }
 
-/// Before the first apply of a label-owned child: an object of that name that exists without
-/// this parent's UID label belongs to someone else. Server-side apply would adopt it, and the
-/// parent's deletion would then delete it (think of a Tenant naming its Namespace
-/// `kube-system`), so it is refused instead.
-pub async fn refuse_adoption(cluster: &Cluster<'_>, child: &DesiredChild) -> Result<(), ApplyError> {
+/// Before the first apply of a child (one not in the children cache): an object of that name
+/// that exists without this parent's UID label or controller ownerReference belongs to someone
+/// else. A forced server-side apply would take it over (our selector, our ownerReference: the
+/// garbage collector then deletes it with the parent; think of a Tenant naming its Namespace
+/// `kube-system`, or a Database naming its Service after the team's `payments-svc`), so it is
+/// refused, unless the rule says `adopt: true` for this child.
+pub async fn refuse_takeover(cluster: &Cluster<'_>, child: &DesiredChild) -> Result<(), ApplyError> {
+    if child.adopt {
+        return Ok(());
+    }
     let target = &child.target;
     let api = cluster.api(&target.api_version, &target.kind, &target.namespace)?;
     let existing = api.get_opt(&target.name).await.map_err(|source| ApplyError::Child {
         target: target.clone(),
         source: Box::new(source),
     })?;
-    let want = child
+    let Some(existing) = existing else {
+        return Ok(());
+    };
+    let uid = child
         .object
         .pointer("/metadata/labels")
         .and_then(|l| l.get(LABEL_PARENT_UID))
-        .and_then(Value::as_str);
-    let theirs = existing.is_some_and(|o| o.labels().get(LABEL_PARENT_UID).map(String::as_str) != want);
-    if theirs {
-        return Err(ApplyError::NotOurs(target.clone()));
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let existing = serde_json::to_value(existing).unwrap_or_default();
+    if ownership::may_take_over(&existing, uid) {
+        return Ok(());
     }
-    Ok(())
-}
-
-/// Whether a desired child is owned by labels (it carries the parent annotation instead of an
-/// ownerReference).
-pub fn is_label_owned(child: &DesiredChild) -> bool {
-    child
-        .object
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(crate::engine::plan::scope::ANNOTATION_PARENT))
-        .is_some()
+    Err(ApplyError::NotOurs {
+        id: child.id.clone(),
+        target: target.clone(),
+    })
 }

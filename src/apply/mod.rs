@@ -73,9 +73,18 @@ pub enum ApplyError {
         #[source]
         source: Box<kube::Error>,
     },
-    /// A label-owned child's name is taken by an object this parent does not own.
-    #[error("{0} already exists and is not owned by this parent; ruleop does not adopt it")]
-    NotOurs(ObjectRef),
+    /// A child's name is taken by an object this parent does not own (no `ruleop.io/parent-uid`
+    /// label and no controller ownerReference to it).
+    #[error(
+        "child {id:?}: {target} already exists and is not owned by this parent; ruleop does not take it over \
+         (only the rule can allow that, with adopt: true on the child)"
+    )]
+    NotOurs {
+        /// Child id.
+        id: String,
+        /// The existing object.
+        target: ObjectRef,
+    },
     /// Another writer changed the parent between our read and our intent record.
     #[error("the parent changed while recording action {0:?}; retrying")]
     Conflict(String),
@@ -108,7 +117,7 @@ impl ApplyError {
             ApplyError::Status(_) => "StatusWriteFailed",
             ApplyError::Finalizer(_) => "FinalizerFailed",
             ApplyError::List { .. } => "ListFailed",
-            ApplyError::NotOurs(_) => "ChildNotOwned",
+            ApplyError::NotOurs { .. } => "ChildNotOwned",
             ApplyError::Conflict(_) => "Conflict",
             ApplyError::Action { .. } => "ActionFailed",
             ApplyError::EgressDenied { .. } => crate::engine::egress::EGRESS_DENIED,

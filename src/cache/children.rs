@@ -3,6 +3,9 @@
 //! instead of scanning every child of the kind (which made N reconciles cost O(N^2)).
 //! Objects are kept as compressed JSON text ([`Packed`]): a parsed object tree takes several
 //! times the memory of its text, and parsing a few children per reconcile costs microseconds.
+//! The index trusts the `ruleop.io/parent-uid` label only to group objects: a label is a claim
+//! anyone can copy, so what a reader takes as a parent's child is decided by
+//! `engine::plan::ownership` (ownerReference or annotation, namespace), never by this index.
 
 use std::collections::HashMap;
 use std::sync::RwLock;

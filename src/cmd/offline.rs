@@ -281,8 +281,35 @@ fn has_label(object: &Value, key: &str) -> bool {
     object.pointer("/metadata/labels").and_then(|l| l.get(key)).is_some()
 }
 
-/// Labels an unlabelled observed object as this parent's child of the first child id of its kind.
+/// Labels an unlabelled observed object as this parent's child of the first child id of its
+/// kind, with the proof of ownership ruleop would have written (an ownerReference, the
+/// `ruleop.io/parent` annotation). An object that already carries the parent UID label is taken
+/// as it is: its labels are a claim that [`plan::ownership`] checks, as at run time.
 fn adopt(object: &mut Value, rule: &Rule, parent: &Value) {
+    if has_label(object, LABEL_PARENT_UID) {
+        return;
+    }
+    if let Ok(parent_ref) = ParentRef::read(parent)
+        && let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        if let Some(owners) = metadata
+            .entry("ownerReferences")
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+        {
+            owners.push(parent_ref.owner_reference());
+        }
+        if let Some(annotations) = metadata
+            .entry("annotations")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+        {
+            annotations.insert(
+                plan::scope::ANNOTATION_PARENT.to_owned(),
+                json!(plan::ownership::parent_annotation(&parent_ref)),
+            );
+        }
+    }
     let uid = parent
         .pointer("/metadata/uid")
         .and_then(Value::as_str)

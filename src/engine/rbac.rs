@@ -5,7 +5,10 @@
 //! actions). Child kinds (cluster-scoped ones too): get/list/watch (the caches), create/patch
 //! (server-side apply) and delete (prune and cleanup). Kinds created by actions: create, plus
 //! get/list for `on: delete` actions (their `waitFor` reads the object). Looked-up kinds:
-//! get/list/watch (read only). Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
+//! get/list/watch (read only), cluster-wide: a lookup's cache is one watch per kind across
+//! namespaces and its default namespace is the parent's (any namespace parents live in), so
+//! per-namespace Roles would need per-namespace caches; which namespaces a lookup may read is
+//! enforced by the plan's namespace guard instead (`plan::lookups`). Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
 //! CRD files for custom kinds, so the role is computed offline.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -31,8 +31,9 @@ use crate::cache::parents::ParentIndex;
 use crate::cache::watch::UndecodableReporter;
 use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::engine::plan::children::ObjectRef as ChildRef;
-use crate::engine::plan::context::LABEL_RULE;
+use crate::engine::plan::context::{LABEL_RULE, ParentRef};
 use crate::engine::plan::deletion::{self, FinalizerStep};
+use crate::engine::plan::ownership;
 use crate::engine::plan::scope::ANNOTATION_PARENT;
 use crate::engine::plan::{self, Plan, PlanError};
 use crate::engine::rules::model::ActionTrigger;
@@ -574,6 +575,15 @@ async fn reconcile_parent(
         cleanup::list_owned(&cluster, &deletion_kinds(rule), &uid).await?
     } else {
         cached_children(ctx, &uid).await
+    };
+    // The caches and the fresh list select by label, which anyone can copy: only objects proven
+    // to be this parent's count, for the plan and for the live view the applies compare with.
+    let observed: Vec<Value> = match ParentRef::read(&parent_json) {
+        Ok(parent_ref) => ownership::owned(rule, &parent_ref, &observed)
+            .into_iter()
+            .cloned()
+            .collect(),
+        Err(_) => observed,
     };
     let handle = ParentHandle {
         api: Api::namespaced_with(writer.client.clone(), namespace, &ctx.parent_kind.resource),

@@ -340,6 +340,7 @@ fn run(
         {
             // A final backup must outlive its parent: with an ownerReference the garbage
             // collector would delete it (and stop it, if it still runs) once the parent is gone.
+            // The `ruleop.io/parent` annotation (below) is then its proof of ownership.
             metadata.remove("ownerReferences");
         }
         if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -350,6 +351,12 @@ fn run(
             let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
             if let Some(annotations) = annotations.as_object_mut() {
                 annotations.insert(ANNOTATION_KEY.to_owned(), json!(key));
+                if action.on == ActionTrigger::Delete {
+                    annotations.insert(
+                        super::scope::ANNOTATION_PARENT.to_owned(),
+                        json!(super::ownership::parent_annotation(parent_ref)),
+                    );
+                }
             }
         }
         Effect::Create(object)

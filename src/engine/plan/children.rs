@@ -22,6 +22,10 @@ pub struct DesiredChild {
     /// What to do when the apply hits an immutable field.
     #[serde(skip)]
     pub on_immutable_change: ImmutableChangePolicy,
+    /// Whether the rule lets this child take over an existing object of its name that is not
+    /// this parent's (`adopt: true`); otherwise such an object is refused (`ChildNotOwned`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub adopt: bool,
 }
 
 /// Identity of an object (`namespace` is empty for cluster-scoped kinds).
@@ -197,5 +201,6 @@ pub fn desired_child(
         target,
         object,
         on_immutable_change,
+        adopt: false,
     })
 }

@@ -7,7 +7,9 @@ use serde_json::{Map, Value};
 
 use super::PlanError;
 use super::context::ParentRef;
+use crate::engine::diagnostic::SourceLocation;
 use crate::engine::rules::Rule;
+use crate::engine::rules::model::{Located, LookupSpec};
 use crate::engine::template::Renderer;
 
 /// Which object a lookup reads.
@@ -73,7 +75,11 @@ pub fn keys(
             |field: &str| renderer.render_text(&rule.inline_template(&format!("lookups.{id}.{field}")), parent_context);
         let name = render("name")?.trim().to_owned();
         let namespace = match &lookup.namespace {
-            Some(_) => render("namespace")?.trim().to_owned(),
+            Some(template) => {
+                let namespace = render("namespace")?.trim().to_owned();
+                guard(rule, lookup, template, &namespace, parent_ref)?;
+                namespace
+            }
             None => String::new(),
         };
         let key = (!name.is_empty()).then(|| LookupKey {
@@ -89,6 +95,40 @@ pub fn keys(
         keys.push((id.clone(), key));
     }
     Ok(keys)
+}
+
+/// The confused-deputy guard for reads, the same as for children's writes: a `namespace` the
+/// parent can influence (a template) must render the parent's namespace or one of
+/// `spec.allowedNamespaces`; a constant one was chosen by the platform engineer who wrote the
+/// rule and may name any namespace. Cluster-scoped kinds have no namespace to guard.
+fn guard(
+    rule: &Rule,
+    lookup: &LookupSpec,
+    template: &Located<String>,
+    namespace: &str,
+    parent_ref: &ParentRef,
+) -> Result<(), PlanError> {
+    let constant = !template.value.contains("{{") && !template.value.contains("{%");
+    if constant
+        || namespace.is_empty()
+        || namespace == parent_ref.namespace
+        || rule.spec.allowed_namespaces.iter().any(|a| a == namespace)
+        || rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
+        || super::builtin::is_cluster_scoped(&lookup.api_version, &lookup.kind)
+    {
+        return Ok(());
+    }
+    Err(PlanError::LookupNamespaceNotAllowed {
+        id: lookup.id.value.clone(),
+        at: SourceLocation::from_span(&rule.file, &template.referenced).to_string(),
+        namespace: namespace.to_owned(),
+        parent_namespace: parent_ref.namespace.clone(),
+        allowed: if rule.spec.allowed_namespaces.is_empty() {
+            "none".to_owned()
+        } else {
+            rule.spec.allowed_namespaces.join(", ")
+        },
+    })
 }
 
 /// Reads every lookup: what was read (for the plan) and the `lookups` context entry.
@@ -111,4 +151,56 @@ pub fn resolve(
         context.insert(id, object.unwrap_or(Value::Null));
     }
     Ok((reads, Value::Object(context)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::plan::context;
+    use crate::engine::rules::load::load;
+
+    /// The keys of a rule with a templated and a constant lookup namespace, for `spec.from`.
+    fn keys_for(from: &str) -> Result<Vec<(String, Option<LookupKey>)>, PlanError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (rules, templates) = (dir.path().join("rules"), dir.path().join("templates"));
+        std::fs::create_dir_all(&rules).expect("mkdir");
+        std::fs::create_dir_all(&templates).expect("mkdir");
+        std::fs::write(
+            rules.join("copy.yaml"),
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: copy}\nspec:\n  watch: {apiVersion: example.com/v1, kind: Copy}\n  allowedNamespaces: [shared]\n  lookups:\n    - {id: source, apiVersion: v1, kind: ConfigMap, name: source, namespace: \"{{ spec.from }}\"}\n    - {id: defaults, apiVersion: v1, kind: ConfigMap, name: defaults, namespace: platform}\n",
+        )
+        .expect("write rule");
+        let set = load(&rules, &templates).expect("valid rules");
+        let parent = json!({"apiVersion": "example.com/v1", "kind": "Copy",
+            "metadata": {"name": "c", "namespace": "team-a", "uid": "u1"}, "spec": {"from": from}});
+        let parent_ref = ParentRef::read(&parent).expect("parent");
+        let context = context::build(&parent, &std::collections::BTreeMap::new(), "copy", None);
+        keys(&set.renderer, &set.rules[0], &parent_ref, &context)
+    }
+
+    #[test]
+    fn a_lookup_namespace_chosen_by_the_parent_must_be_its_own_or_allowed() {
+        for allowed in ["team-a", "shared", ""] {
+            let keys = keys_for(allowed).expect("allowed namespace");
+            let namespaces: Vec<&str> = keys
+                .iter()
+                .filter_map(|(_, k)| k.as_ref().map(|k| k.namespace.as_str()))
+                .collect();
+            let own = if allowed.is_empty() { "team-a" } else { allowed };
+            assert_eq!(
+                namespaces,
+                [own, "platform"],
+                "a constant namespace is the rule's choice"
+            );
+        }
+        match keys_for("kube-system") {
+            Err(PlanError::LookupNamespaceNotAllowed { id, namespace, at, .. }) => {
+                assert_eq!((id.as_str(), namespace.as_str()), ("source", "kube-system"));
+                assert!(at.contains("copy.yaml:"), "{at}");
+            }
+            other => panic!("expected LookupNamespaceNotAllowed, got {other:?}"),
+        }
+    }
 }

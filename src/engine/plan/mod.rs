@@ -15,6 +15,7 @@ pub mod lookups;
 pub mod names;
 pub mod observed;
 pub mod order;
+pub mod ownership;
 pub mod scope;
 pub mod status;
 pub mod status_eval;
@@ -62,6 +63,25 @@ pub enum PlanError {
         /// The rule's allowed namespaces, for the message.
         allowed: String,
     },
+    /// A lookup would read from a namespace the parent may not read (confused deputy): its
+    /// `namespace` template rendered something other than the parent's namespace or one of
+    /// `spec.allowedNamespaces` (only a constant `namespace` may name any other).
+    #[error(
+        "lookup {id:?} (namespace at {at}) reads namespace {namespace:?}, which is not the parent's namespace \
+         {parent_namespace:?} and not in spec.allowedNamespaces ({allowed}); only a constant namespace may name another"
+    )]
+    LookupNamespaceNotAllowed {
+        /// Lookup id.
+        id: String,
+        /// Where the lookup's `namespace` is written (file:line:col).
+        at: String,
+        /// The namespace the template rendered.
+        namespace: String,
+        /// The parent's namespace.
+        parent_namespace: String,
+        /// The rule's allowed namespaces, for the message.
+        allowed: String,
+    },
     /// A child rendered, but not as the one object its rule declares.
     #[error("child {id:?} ({template}): {message}")]
     InvalidChild {
@@ -91,7 +111,9 @@ impl PlanError {
             PlanError::InvalidParent(_) => "InvalidParent",
             PlanError::Render(_) => "RenderFailed",
             PlanError::InvalidChild { .. } => "InvalidChild",
-            PlanError::NamespaceNotAllowed { .. } => "NamespaceNotAllowed",
+            PlanError::NamespaceNotAllowed { .. } | PlanError::LookupNamespaceNotAllowed { .. } => {
+                "NamespaceNotAllowed"
+            }
             PlanError::ForEach { .. } => "InvalidForEach",
         }
     }
@@ -162,7 +184,7 @@ impl Plan {
 
 /// Computes the plan for one parent of a rule without lookups (every lookup is `none`).
 /// `observed` holds the live objects of the rule's child kinds carrying this parent's UID
-/// label; `now` (RFC 3339) stamps changed conditions.
+/// label (only those [`ownership::owned`] proves are used); `now` (RFC 3339) stamps changed conditions.
 pub fn plan(
     renderer: &Renderer,
     rule: &Rule,
@@ -183,10 +205,8 @@ pub fn plan_with(
     now: &str,
 ) -> Result<Plan, PlanError> {
     let parent_ref = ParentRef::read(parent)?;
-    let ours: Vec<&Value> = observed
-        .iter()
-        .filter(|o| is_child_of(o, &rule.name, &parent_ref.uid))
-        .collect();
+    // Labels are only a claim: every reader below sees only what is proven to be this parent's.
+    let ours: Vec<&Value> = ownership::owned(rule, &parent_ref, observed);
     let grouped = Observed::group(rule, &ours);
     let by_id = grouped.singles();
     let parent_context = context::build(parent, &BTreeMap::new(), &rule.name, None);
@@ -257,6 +277,10 @@ pub fn plan_with(
                 &rule.name,
                 context,
             )
+            .map(|rendered| DesiredChild {
+                adopt: child.adopt,
+                ..rendered
+            })
         };
         let Some(items) = items else {
             desired.push(render(&context)?);
@@ -386,7 +410,8 @@ pub(crate) fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
     object.pointer("/metadata/labels")?.get(key)?.as_str()
 }
 
-/// Whether an observed object carries this rule's labels for this parent.
+/// Whether an observed object carries this rule's labels for this parent (a claim, not proof:
+/// see [`ownership::owned`]).
 pub fn is_child_of(object: &Value, rule: &str, parent_uid: &str) -> bool {
     label(object, LABEL_RULE) == Some(rule) && label(object, LABEL_PARENT_UID) == Some(parent_uid)
 }

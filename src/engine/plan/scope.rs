@@ -61,8 +61,9 @@ pub fn is_label_owned(object: &Value, parent_namespace: &str) -> bool {
 
 /// The confused-deputy guard. A child's namespace must be the parent's, one in the rule's
 /// `spec.allowedNamespaces`, or a Namespace this parent owns as a child: desired in this plan
-/// *and* observed carrying this parent's labels (so a parent cannot claim an existing namespace
-/// by rendering a Namespace child of that name: ruleop never adopts one, see `apply`). Children
+/// *and* observed as proven this parent's ([`super::ownership`]), so a parent cannot claim an
+/// existing namespace by rendering a Namespace child of that name (the apply layer refuses to
+/// take an existing object over unless the rule says `adopt: true`). Children
 /// into a desired Namespace not observed yet wait for it (like a `dependsOn`: not applied, not
 /// pruned). Anything else fails the whole plan.
 pub fn guard(

@@ -115,6 +115,12 @@ pub struct ChildSpec {
     /// What to do when an apply is rejected because an immutable field changed.
     #[serde(default)]
     pub on_immutable_change: ImmutableChangePolicy,
+    /// Let this child take over an existing object of the same name that ruleop did not create
+    /// for this parent (default false: such an object is refused with `ChildNotOwned`, so a
+    /// parent can never claim someone else's object by naming it). Only a rule can say this,
+    /// never a parent; set it only where the object's name is not chosen by the parent.
+    #[serde(default)]
+    pub adopt: bool,
     /// Jinja expression giving a list or a map: one object per item, the template sees `item`
     /// and `item_key`. Objects are identified by their key, never by their position.
     #[serde(default)]

@@ -104,7 +104,14 @@ fn strict_environment() -> Environment<'static> {
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_fuel(Some(FUEL));
     env.add_filter("dig", dig);
+    env.add_function("fail", fail);
     env
+}
+
+/// `fail("why")`: ends rendering with this message (located at the template's line), for a
+/// template that refuses a value rather than render it, e.g. a `system:` user name.
+fn fail(message: String) -> Result<Value, minijinja::Error> {
+    Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message))
 }
 
 /// `value | dig("a.b.0.c", default)`: a nested lookup that yields `default` (or none) where
