@@ -130,10 +130,18 @@ fn failing_parents_are_forgotten_once_deleted() {
 
 /// The Ready condition's reason of a custom object.
 fn ready_reason(kind: &CustomKind, ns: &str, name: &str) -> String {
+    ready_field(kind, ns, name, "reason")
+}
+
+fn ready_message(kind: &CustomKind, ns: &str, name: &str) -> String {
+    ready_field(kind, ns, name, "message")
+}
+
+fn ready_field(kind: &CustomKind, ns: &str, name: &str, field: &str) -> String {
     get(
         ns,
         &format!("{}/{name}", kind.resource()),
-        "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        &format!("{{.status.conditions[?(@.type==\"Ready\")].{field}}}"),
     )
 }
 
@@ -167,11 +175,7 @@ fn an_existing_object_is_not_taken_over_by_a_parent_naming_it_unless_the_rule_ad
     wait_until(WAIT, "the take-over to be refused on the parent", || {
         ready_reason(&kind, &ns.0, "grab") == "ChildNotOwned"
     });
-    let message = get(
-        &ns.0,
-        &format!("{}/grab", kind.resource()),
-        "{.status.conditions[?(@.type==\"Ready\")].message}",
-    );
+    let message = ready_message(&kind, &ns.0, "grab");
     assert!(
         message.contains("child \"cm\"") && message.contains("adopt: true"),
         "{message}"
@@ -272,11 +276,7 @@ fn a_lookup_cannot_be_aimed_at_a_namespace_the_parent_does_not_own() {
     wait_until(WAIT, "the lookup into another namespace to be refused", || {
         ready_reason(&kind, &ns.0, "stolen") == "NamespaceNotAllowed"
     });
-    let message = get(
-        &ns.0,
-        &format!("{}/stolen", kind.resource()),
-        "{.status.conditions[?(@.type==\"Ready\")].message}",
-    );
+    let message = ready_message(&kind, &ns.0, "stolen");
     assert!(
         message.contains("lookup \"source\"") && message.contains("copy.yaml:"),
         "{message}"

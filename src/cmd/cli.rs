@@ -285,12 +285,6 @@ impl ElectionArgs {
 mod tests {
     use super::*;
 
-    const TIMING: Timing = Timing {
-        lease_duration: Duration::from_secs(15),
-        renew_deadline: Duration::from_secs(10),
-        retry_period: Duration::from_secs(2),
-    };
-
     #[test]
     fn timing_flags_must_be_ordered() {
         let args = |l: &str, r: &str, p: &str| ElectionArgs {
@@ -302,7 +296,7 @@ mod tests {
             retry_period: p.to_owned(),
             shards: 1,
         };
-        assert_eq!(args("15s", "10s", "2s").timing(), Ok(TIMING));
+        assert_eq!(args("15s", "10s", "2s").timing(), Ok(Timing::CLIENT_GO));
         let err = args("10s", "10s", "2s").timing().expect_err("renew must be shorter");
         assert!(
             err.contains("--retry-period < --renew-deadline < --lease-duration"),

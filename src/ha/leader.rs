@@ -67,6 +67,15 @@ pub struct Timing {
     pub retry_period: Duration,
 }
 
+impl Timing {
+    /// The defaults of Kubernetes' own controllers, as the `DEFAULT_*` flag values say.
+    pub const CLIENT_GO: Timing = Timing {
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+}
+
 /// Who we are to other replicas: the pod name (downward API), else hostname and pid.
 pub fn identity() -> String {
     if let Ok(pod) = std::env::var("POD_NAME")
@@ -519,11 +528,7 @@ impl Leadership {
 mod tests {
     use super::*;
 
-    const TIMING: Timing = Timing {
-        lease_duration: Duration::from_secs(15),
-        renew_deadline: Duration::from_secs(10),
-        retry_period: Duration::from_secs(2),
-    };
+    const TIMING: Timing = Timing::CLIENT_GO;
 
     fn held_by(holder: &str) -> LeaseSpec {
         LeaseSpec {
