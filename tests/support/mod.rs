@@ -291,12 +291,25 @@ impl Drop for Namespace {
     }
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1, never the same twice in a test binary.
+///
+/// Not a port the kernel picks (`:0`): those come from the ephemeral range (32768-60999), where
+/// every outgoing connection (kubectl's, the operators') also takes its local port, so between
+/// this check and the bind of the process that uses the port another socket could take it
+/// (seen: "binding the admin address: Address already in use"). Ports here come from 10000-31999
+/// instead, in a block of 120 chosen by the process id.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    const BLOCK: u32 = 120;
+    let base = 10_000 + (std::process::id() % 183) * BLOCK;
+    for _ in 0..BLOCK {
+        let offset = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % BLOCK;
+        let port = u16::try_from(base + offset).expect("port in range");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 127.0.0.1:{base}-{}", base + BLOCK - 1)
 }
 
 /// The ruleop binary tests run: `RULEOP_BIN` when set (a release build, for measurements),
