@@ -296,7 +296,7 @@ impl Default for Metrics {
             "Reconciles this replica ran per shard of the parent (with --shards)",
             shard_reconciles.clone(),
         );
-        Metrics {
+        let metrics = Metrics {
             queue_depth,
             cached_objects,
             triggers,
@@ -319,9 +319,20 @@ impl Default for Metrics {
             shards_held,
             shard_leader,
             shard_reconciles,
+        };
+        // Known label sets exist from start-up at 0, as controller-runtime does, so that a
+        // fresh scrape has what the shipped alerts and dashboard name.
+        for result in RELOAD_RESULTS {
+            let _ = metrics.reloads.get_or_create(&ResultLabels {
+                result: (*result).to_owned(),
+            });
         }
+        metrics
     }
 }
+
+/// Every `result` of `ruleop_rule_reloads_total`.
+const RELOAD_RESULTS: &[&str] = &["ok", "invalid", "retrying"];
 
 /// Counts a reconcile as running until dropped.
 #[derive(Debug)]
@@ -472,6 +483,25 @@ impl Metrics {
             .inc();
     }
 
+    /// Creates `rule`'s controller series at 0 (its errors, each reconcile result), so they are
+    /// scraped before its first reconcile.
+    pub fn rule_started(&self, rule: &str) {
+        let controller = ControllerLabels {
+            controller: rule.to_owned(),
+        };
+        let _ = self.reconcile_errors.get_or_create(&controller);
+        for outcome in [Outcome::Ok, Outcome::Conflict, Outcome::Error("")] {
+            let _ = self.reconcile_total.get_or_create(&ControllerResult {
+                controller: rule.to_owned(),
+                result: outcome.controller_runtime().to_owned(),
+            });
+            let _ = self.reconciles.get_or_create(&RuleResult {
+                rule: rule.to_owned(),
+                result: outcome.ruleop().to_owned(),
+            });
+        }
+    }
+
     /// Samples `controller` (the controller of `rule`) at each scrape while it lives.
     pub fn sample(&self, rule: &str, controller: Weak<dyn Sampled>) {
         if let Ok(mut sampled) = self.sampled.lock() {
@@ -545,6 +575,23 @@ mod tests {
             "controller_runtime_reconcile_time_seconds_bucket{le=\"0.05\",controller=\"db\"} 2\n",
             "ruleop_reconciles_total{rule=\"db\",result=\"ok\"} 2\n",
             "ruleop_reconcile_errors_total{rule=\"db\",reason=\"TemplateFailed\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line:?} not in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_fresh_scrape_has_the_reload_and_controller_series_the_alerts_name_at_zero() {
+        let m = Metrics::default();
+        m.rule_started("db");
+        let text = m.render();
+        for line in [
+            "ruleop_rule_reloads_total{result=\"ok\"} 0\n",
+            "ruleop_rule_reloads_total{result=\"invalid\"} 0\n",
+            "ruleop_rule_reloads_total{result=\"retrying\"} 0\n",
+            "controller_runtime_reconcile_errors_total{controller=\"db\"} 0\n",
+            "controller_runtime_reconcile_total{controller=\"db\",result=\"error\"} 0\n",
+            "ruleop_reconciles_total{rule=\"db\",result=\"error\"} 0\n",
         ] {
             assert!(text.contains(line), "{line:?} not in\n{text}");
         }

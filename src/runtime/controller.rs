@@ -395,6 +395,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         triggers,
         workers: workers.clone(),
     });
+    context.shared.admin.metrics.rule_started(&rule.name);
     let sampled: Arc<dyn Sampled> = context.clone();
     context
         .shared
