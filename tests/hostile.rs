@@ -129,12 +129,17 @@ fn failing_parents_are_forgotten_once_deleted() {
 }
 
 /// The Ready condition's reason of a custom object.
-fn ready_reason(kind: &CustomKind, ns: &str, name: &str) -> String {
-    ready_field(kind, ns, name, "reason")
-}
-
-fn ready_message(kind: &CustomKind, ns: &str, name: &str) -> String {
-    ready_field(kind, ns, name, "message")
+/// Waits until the parent `name` is refused with `reason`, and checks that the message names
+/// every one of `says`.
+fn wait_until_refused(kind: &CustomKind, ns: &str, name: &str, reason: &str, says: &[&str]) {
+    wait_until(WAIT, &format!("{name} to be refused with {reason}"), || {
+        ready_field(kind, ns, name, "reason") == reason
+    });
+    let message = ready_field(kind, ns, name, "message");
+    assert!(
+        says.iter().all(|s| message.contains(s)),
+        "{says:?} not all in: {message}"
+    );
 }
 
 fn ready_field(kind: &CustomKind, ns: &str, name: &str, field: &str) -> String {
@@ -172,14 +177,7 @@ fn an_existing_object_is_not_taken_over_by_a_parent_naming_it_unless_the_rule_ad
     let (rules, templates) = rule(false);
     let operator = Operator::start(rules.path(), templates.path(), &ns.0);
     apply_yaml(&ns.0, &kind.object("grab", r#"{"target": "payments-cm"}"#));
-    wait_until(WAIT, "the take-over to be refused on the parent", || {
-        ready_reason(&kind, &ns.0, "grab") == "ChildNotOwned"
-    });
-    let message = ready_message(&kind, &ns.0, "grab");
-    assert!(
-        message.contains("child \"cm\"") && message.contains("adopt: true"),
-        "{message}"
-    );
+    wait_until_refused(&kind, &ns.0, "grab", "ChildNotOwned", &["child \"cm\"", "adopt: true"]);
     assert_eq!(get(&ns.0, "configmap/payments-cm", "{.data.owner}"), "payments");
     assert_eq!(get(&ns.0, "configmap/payments-cm", "{.metadata.ownerReferences}"), "");
     let reasons = kubectl_ok(&[
@@ -273,13 +271,12 @@ fn a_lookup_cannot_be_aimed_at_a_namespace_the_parent_does_not_own() {
     wait_until(WAIT, "the copy from the parent's own namespace", || {
         get(&ns.0, "configmap/own-copy", "{.data.value}") == format!("from-{}", ns.0)
     });
-    wait_until(WAIT, "the lookup into another namespace to be refused", || {
-        ready_reason(&kind, &ns.0, "stolen") == "NamespaceNotAllowed"
-    });
-    let message = ready_message(&kind, &ns.0, "stolen");
-    assert!(
-        message.contains("lookup \"source\"") && message.contains("copy.yaml:"),
-        "{message}"
+    wait_until_refused(
+        &kind,
+        &ns.0,
+        "stolen",
+        "NamespaceNotAllowed",
+        &["lookup \"source\"", "copy.yaml:"],
     );
     assert!(!exists(&ns.0, "configmap/stolen-copy"));
 }

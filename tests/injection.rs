@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use ruleop::engine::plan::{self, PlanError};
+use ruleop::engine::rules::RuleSet;
 use ruleop::engine::rules::load::load;
 use serde_json::{Value, json};
 
@@ -114,23 +115,28 @@ fn quoted_interpolation_keeps_every_payload_as_one_string() {
     }
 }
 
-#[test]
-fn maps_from_the_resource_cannot_break_out_of_their_position() {
+/// A rule set of one rule `r` over Databases with one ConfigMap child rendered by `text`, a
+/// template file named `name` (under `t/`).
+fn one_child_rule(name: &str, text: &str) -> RuleSet {
     let root = tempfile::tempdir().expect("tempdir");
     let (rules, templates) = (root.path().join("rules"), root.path().join("templates"));
     std::fs::create_dir_all(&rules).expect("mkdir");
     std::fs::create_dir_all(templates.join("t")).expect("mkdir");
     std::fs::write(
         rules.join("r.yaml"),
-        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  watch: {apiVersion: myorg.io/v1, kind: Database}\n  children:\n    - {id: cm, apiVersion: v1, kind: ConfigMap, template: t/cm.yaml.j2}\n",
+        format!("apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  watch: {{apiVersion: myorg.io/v1, kind: Database}}\n  children:\n    - {{id: cm, apiVersion: v1, kind: ConfigMap, template: {name}}}\n"),
     )
     .expect("write");
-    std::fs::write(
-        templates.join("t/cm.yaml.j2"),
+    std::fs::write(templates.join(name), text).expect("write");
+    load(&rules, &templates).expect("loads")
+}
+
+#[test]
+fn maps_from_the_resource_cannot_break_out_of_their_position() {
+    let set = one_child_rule(
+        "t/cm.yaml.j2",
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  labels: {a: '{{ spec.labels }}'}\n  annotations: {{ spec.labels }}\ndata: {}\n",
-    )
-    .expect("write");
-    let set = load(&rules, &templates).expect("loads");
+    );
     let rule = set.rule("r").expect("rule");
     let mut p = parent("16", "1Gi");
     p["spec"]["labels"] = json!({"k": "', evil: '1", "q": "\"}, evil2: {\"", "h": "x #y"});
@@ -162,23 +168,12 @@ fn escape_filters_refuse_every_payload_whatever_the_template_name() {
         ("t/c.yaml.j2", "escape"),
         ("t/d.xml.j2", "escape"),
     ] {
-        let root = tempfile::tempdir().expect("tempdir");
-        let (rules, templates) = (root.path().join("rules"), root.path().join("templates"));
-        std::fs::create_dir_all(&rules).expect("mkdir");
-        std::fs::create_dir_all(templates.join("t")).expect("mkdir");
-        std::fs::write(
-            rules.join("r.yaml"),
-            format!("apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  watch: {{apiVersion: myorg.io/v1, kind: Database}}\n  children:\n    - {{id: cm, apiVersion: v1, kind: ConfigMap, template: {name}}}\n"),
-        )
-        .expect("write");
-        std::fs::write(
-            templates.join(name),
-            format!(
+        let set = one_child_rule(
+            name,
+            &format!(
                 "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: {{{{ spec.version | {filter} }}}}\n"
             ),
-        )
-        .expect("write");
-        let set = load(&rules, &templates).expect("loads");
+        );
         let rule = set.rule("r").expect("rule");
         for payload in PAYLOADS {
             match plan::plan(
