@@ -11,6 +11,7 @@
 //! [`observer`], [`process`], [`writes`]), [`report`] (Markdown, JSON, SVG).
 
 mod contenders;
+mod fairness;
 mod observer;
 mod parents;
 mod phases;

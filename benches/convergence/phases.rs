@@ -10,6 +10,7 @@ use kube::{Client, Config};
 use tokio::sync::mpsc;
 
 use crate::contenders::{Contender, Runner, Setup};
+use crate::fairness::{Fairness, fairness};
 use crate::observer::{Observer, wait_labelled};
 use crate::parents::{create_namespace, create_parents, delete_namespace, release_finalizers};
 use crate::plane::ControlPlane;
@@ -98,6 +99,8 @@ pub struct RunResult {
     pub resync: Option<Resync>,
     /// ruleop's reload phase: template edit to all N children updated.
     pub reload: Option<Duration>,
+    /// ruleop's fairness phase (N >= 1,000 only).
+    pub fairness: Option<Fairness>,
     /// Anything worth a line under the table.
     pub notes: Vec<String>,
 }
@@ -256,6 +259,11 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
         result.reload = Some(reload);
         result.notes.extend(note);
     }
+    if extras.fairness && n >= 1000 {
+        let (fair, notes) = fairness(ctx, contender, n).await?;
+        result.fairness = Some(fair);
+        result.notes.extend(notes);
+    }
     drop(observer);
     Ok(result)
 }
@@ -319,7 +327,7 @@ async fn resync(
     let before = apiserver_writes(&ctx.client).await?;
     let setup = Setup {
         rules: Some(ctx.resync_rules.clone()),
-        templates: None,
+        ..Setup::default()
     };
     let op = Operator::start(ctx, contender, ns, &setup)?;
     op.wait_ready(Duration::from_secs(90)).await?;
@@ -355,8 +363,8 @@ async fn reload(
     let _ = std::fs::remove_dir_all(&templates);
     copy_tree(&ctx.settings.root.join("templates"), &templates)?;
     let setup = Setup {
-        rules: None,
         templates: Some(templates.clone()),
+        ..Setup::default()
     };
     let op = Operator::start(ctx, contender, ns, &setup)?;
     op.wait_ready(Duration::from_secs(90)).await?;

@@ -33,7 +33,8 @@ pub struct Settings {
     pub venv: PathBuf,
     /// `BENCH_OUT`: where the report goes.
     pub out: PathBuf,
-    /// The release binary cargo built for this bench.
+    /// The release binary cargo built for this bench, or `BENCH_RULEOP_BIN` (an earlier build,
+    /// to measure a change against it).
     pub ruleop_bin: PathBuf,
     /// `BENCH_CTL`: the control plane's ctl.sh.
     pub ctl: PathBuf,
@@ -96,7 +97,8 @@ impl Settings {
             plan_log: std::env::var_os("BENCH_PLAN_LOG").map(PathBuf::from),
             venv: std::env::var_os("BENCH_VENV").map_or_else(|| root.join("target/bench-venv"), PathBuf::from),
             out: std::env::var_os("BENCH_OUT").map_or_else(|| root.join("bench/results"), PathBuf::from),
-            ruleop_bin: PathBuf::from(env!("CARGO_BIN_EXE_ruleop")),
+            ruleop_bin: std::env::var_os("BENCH_RULEOP_BIN")
+                .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ruleop")), PathBuf::from),
             ctl: std::env::var_os("BENCH_CTL").map_or_else(|| root.join("tests/apiserver/ctl.sh"), PathBuf::from),
             root,
         })

@@ -42,10 +42,11 @@ use crate::ops::admin::AdminState;
 use crate::ops::metrics::{Outcome, Sampled};
 use crate::runtime::clock::now_rfc3339;
 use crate::runtime::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
-use crate::runtime::queue::{self, Trigger, Triggers, Workers};
+use crate::runtime::queue::{self, Trigger, Triggers};
+use crate::runtime::workers::Workers;
 
 /// Reconciles per rule when the rule does not say (`maxConcurrentReconciles`; a reload may burst
-/// above it, see [`queue::Workers`]).
+/// above it, see [`Workers`]).
 pub const DEFAULT_CONCURRENCY: u16 = 5;
 /// Longest a reconcile waits for its rule's caches to sync before it is retried later.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
@@ -175,7 +176,7 @@ struct RuleContext {
     bodies: Arc<ParentIndex>,
     /// What queued each parent (the span's `trigger`, the queue depth).
     triggers: Arc<Triggers>,
-    /// The rule's workers (`maxConcurrentReconciles`), handed out in turn.
+    /// The rule's workers (`maxConcurrentReconciles`), handed out round-robin by namespace.
     workers: Arc<Workers>,
 }
 
@@ -405,7 +406,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let name = rule.name.clone();
     let task = tokio::spawn(async move {
         controller
-            // Every reconcile waits for one of the rule's workers, in turn (see `queue::Workers`
+            // Every reconcile waits for one of the rule's workers, in turn (see `workers::Workers`
             // for why not kube-runtime's own limit), up to `HELD_RECONCILES` held at once.
             .with_config(Config::default().concurrency(queue::HELD_RECONCILES))
             .reconcile_all_on(reconcile_all_rx)
@@ -449,7 +450,8 @@ fn reconcile(
         ctx.shared.admin.metrics.triggered(&ctx.rule_name, trigger.as_str());
     }
     async move {
-        let Some(_worker) = ctx.workers.acquire(trigger == Trigger::Reload).await else {
+        let namespace = parent.namespace().unwrap_or_default();
+        let Some(_worker) = ctx.workers.acquire(&namespace, trigger == Trigger::Reload).await else {
             // The controller is stopping.
             return Ok(Action::await_change());
         };

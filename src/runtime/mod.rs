@@ -7,3 +7,4 @@ pub mod queue;
 pub mod reload;
 pub mod run;
 pub mod shutdown;
+pub mod workers;

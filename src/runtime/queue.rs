@@ -1,15 +1,12 @@
-//! Why each parent is reconciled (its trigger), how many parents wait for a worker (the queue
-//! depth), and the workers themselves, handed out in the order parents were queued. kube-runtime's Controller keeps its queue to itself, so this follows what feeds
-//! it: the parent, child and lookup streams, rule reloads, and the requeues that the reconciler
+//! Why each parent is reconciled (its trigger) and how many parents are queued (the queue
+//! depth; the workers they wait for are in [`crate::runtime::workers`]). kube-runtime's
+//! Controller keeps its queue to itself, so this follows what feeds it: the parent, child and lookup streams, rule reloads, and the requeues that the reconciler
 //! and its error policy ask for. kube's own `reconciling object` span names a reason too, but in
 //! kube's words and without telling a resync from a retry.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What made a parent reconcile: the `trigger` field of the `reconcile` span.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,89 +140,13 @@ impl Triggers {
     }
 }
 
-/// How many more reconciles than `maxConcurrentReconciles` a rule reload may run at once, as a
-/// multiple of it: a template edit re-reconciles every parent, and each of those reconciles is
-/// mostly one apply waiting on the API server, so the burst is bounded by the server's latency,
-/// not by our CPU.
-pub const RELOAD_BURST_FACTOR: usize = 3;
-
 /// How many reconciles of one rule kube-runtime may hold at once, running or waiting for a worker
-/// ([`Workers`]): beyond it, queued parents wait in kube-runtime's scheduler instead. kube-runtime
+/// ([`crate::runtime::workers::Workers`]): beyond it, queued parents wait in kube-runtime's scheduler instead. kube-runtime
 /// polls every reconcile it holds whenever one of them wakes, so with no bound the CPU a reconcile
 /// costs grew with the backlog: 7.9 CPU s per 1,000 parents converged at N = 1,000, 14.8 at 3,000
 /// and 26.6 at 10,000 (`make bench`; a profile of the 3,000 run spent 55% in `JoinHandle::poll`,
 /// hashing and comparing `ObjectRef`s). Up to this many queued parents are served in turn.
 pub const HELD_RECONCILES: u16 = 1024;
-
-/// The workers of one rule: `maxConcurrentReconciles` slots taken in the order parents were
-/// queued, plus a burst pool only reconciles queued by a rule reload may also take.
-///
-/// kube-runtime's Controller runs this rule with a concurrency of [`HELD_RECONCILES`] and every
-/// reconcile first waits here. Why not kube-runtime's own limit: at its limit it parks queued parents in a
-/// hash set and takes an arbitrary one when a worker frees, so under a burst (1,000 parents
-/// created at once) some parents waited several times as long as the median. A fair semaphore
-/// serves them first come, first served.
-#[derive(Debug)]
-pub struct Workers {
-    slots: Arc<Semaphore>,
-    burst: Arc<Semaphore>,
-    /// Reconciles waiting for a slot.
-    waiting: AtomicUsize,
-}
-
-/// A worker held by one reconcile; dropping it frees the worker.
-#[derive(Debug)]
-pub struct Worker(#[allow(dead_code)] OwnedSemaphorePermit);
-
-impl Workers {
-    /// `concurrency` workers (at least one) and a reload burst of [`RELOAD_BURST_FACTOR`] times as many.
-    pub fn new(concurrency: u16) -> Self {
-        let concurrency = usize::from(concurrency.max(1));
-        Workers {
-            slots: Arc::new(Semaphore::new(concurrency)),
-            burst: Arc::new(Semaphore::new(concurrency * RELOAD_BURST_FACTOR)),
-            waiting: AtomicUsize::new(0),
-        }
-    }
-
-    /// Waits for a worker, in turn; a reconcile a reload queued (`burst`) also takes a burst worker
-    /// when one frees first. `None` once the rule's controller stops: the reconcile is skipped.
-    pub async fn acquire(&self, burst: bool) -> Option<Worker> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        let _waited = Waited(&self.waiting);
-        let permit = if burst {
-            tokio::select! {
-                biased;
-                permit = self.slots.clone().acquire_owned() => permit,
-                permit = self.burst.clone().acquire_owned() => permit,
-            }
-        } else {
-            self.slots.clone().acquire_owned().await
-        };
-        permit.ok().map(Worker)
-    }
-
-    /// Reconciles waiting for a worker.
-    pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
-    }
-
-    /// Stops handing out workers: every waiting and later [`Workers::acquire`] returns `None`,
-    /// so a stopping controller finishes only the reconciles already running.
-    pub fn close(&self) {
-        self.slots.close();
-        self.burst.close();
-    }
-}
-
-/// Counts a waiter out however its wait ends (a worker, a close, or the reconcile dropped).
-struct Waited<'a>(&'a AtomicUsize);
-
-impl Drop for Waited<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -269,89 +190,5 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         triggers.event(key("ns", "a"), Trigger::ChildEvent);
         assert_eq!(triggers.started("ns/a"), Trigger::Resync);
-    }
-}
-
-#[cfg(test)]
-mod worker_tests {
-    use super::*;
-
-    /// Starts `n` waiters in order (each polled once, so queued) and returns the order in which
-    /// they got a worker.
-    async fn order_served(workers: Arc<Workers>, n: usize, burst: impl Fn(usize) -> bool) -> Vec<usize> {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut tasks = Vec::new();
-        for i in 0..n {
-            let (workers, tx, burst) = (workers.clone(), tx.clone(), burst(i));
-            tasks.push(tokio::spawn(async move {
-                if let Some(_worker) = workers.acquire(burst).await {
-                    let _ = tx.send(i);
-                    tokio::task::yield_now().await;
-                }
-            }));
-            // Let it queue before the next one.
-            tokio::task::yield_now().await;
-        }
-        drop(tx);
-        let mut served = Vec::new();
-        while let Some(i) = rx.recv().await {
-            served.push(i);
-        }
-        served
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn parents_get_a_worker_in_the_order_they_were_queued() {
-        let workers = Arc::new(Workers::new(2));
-        let held = (workers.acquire(false).await, workers.acquire(false).await);
-        let waiting = tokio::spawn(order_served(workers.clone(), 50, |_| false));
-        while workers.waiting() < 50 {
-            tokio::task::yield_now().await;
-        }
-        drop(held);
-        let served = waiting.await.expect("the waiters");
-        assert_eq!(served, (0..50).collect::<Vec<_>>(), "first come, first served");
-        assert_eq!(workers.waiting(), 0);
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_reload_may_use_the_burst_workers_and_nothing_else_may() {
-        let workers = Workers::new(1);
-        let _slot = workers.acquire(false).await.expect("a slot");
-        let mut burst = Vec::new();
-        for _ in 0..RELOAD_BURST_FACTOR {
-            let worker = tokio::time::timeout(Duration::from_secs(1), workers.acquire(true)).await;
-            burst.push(worker.expect("a burst worker is free").expect("not closed"));
-        }
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), workers.acquire(true))
-                .await
-                .is_err(),
-            "the burst is bounded"
-        );
-        drop(burst);
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), workers.acquire(false))
-                .await
-                .is_err(),
-            "a reconcile not queued by a reload waits for a slot"
-        );
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_stopping_controller_hands_out_no_more_workers() {
-        let workers = Arc::new(Workers::new(1));
-        let slot = workers.acquire(false).await;
-        let waiter = tokio::spawn({
-            let workers = workers.clone();
-            async move { workers.acquire(false).await.is_some() }
-        });
-        while workers.waiting() < 1 {
-            tokio::task::yield_now().await;
-        }
-        workers.close();
-        assert!(!waiter.await.expect("the waiter"), "a waiting reconcile is skipped");
-        assert!(workers.acquire(true).await.is_none());
-        drop(slot);
     }
 }

@@ -61,6 +61,8 @@ pub struct Setup {
     pub rules: Option<PathBuf>,
     /// A templates directory instead of `templates/`.
     pub templates: Option<PathBuf>,
+    /// Watch every namespace, not only the phase's (the fairness phase).
+    pub all_namespaces: bool,
 }
 
 /// How to start a process contender and how to ask it how far it is.
@@ -92,6 +94,8 @@ pub struct Extras {
     pub resync: bool,
     /// A template edit picked up without a restart.
     pub reload: bool,
+    /// One parent in a quiet namespace while another namespace creates N.
+    pub fairness: bool,
 }
 
 /// One contender of the benchmark.

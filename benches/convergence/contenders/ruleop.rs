@@ -25,6 +25,7 @@ pub static RULEOP: Ruleop = Ruleop {
     extras: Extras {
         resync: true,
         reload: true,
+        fairness: true,
     },
 };
 
@@ -36,6 +37,7 @@ pub static RULEOP_CHILDREN: Ruleop = Ruleop {
     extras: Extras {
         resync: false,
         reload: false,
+        fairness: false,
     },
 };
 
@@ -79,7 +81,12 @@ impl Contender for Ruleop {
             .arg(rules)
             .arg("--templates")
             .arg(templates)
-            .args(["--namespace", ns, "--admin-addr", &admin])
+            .args(if setup.all_namespaces {
+                vec![]
+            } else {
+                vec!["--namespace", ns]
+            })
+            .args(["--admin-addr", &admin])
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             // The allocator settings deploy/deployment.yaml runs ruleop with.

@@ -283,6 +283,18 @@ impl Report<'_> {
              N=1000 |",
             cells(&reload)
         );
+        let fairness = self
+            .run(n, "ruleop")
+            .and_then(|r| r.fairness.as_ref())
+            .map_or("-".to_owned(), |f| {
+                format!("{:.2} (busy: {:.1})", f.quiet.as_secs_f64(), f.busy_all.as_secs_f64())
+            });
+        let _ = writeln!(
+            md,
+            "| (7) fairness: one parent in a quiet namespace while another creates N, created halfway (s to \
+             converge; the busy namespace's last parent) {} < 2 at N=1000 |",
+            cells(&fairness)
+        );
         let plan = self
             .plan
             .map_or("not run (BENCH_PLAN_LOG unset)".to_owned(), |p| format!("{p:.0}"));
@@ -402,6 +414,12 @@ impl Report<'_> {
                 "reload: template edit to all N children updated < 2 s + 0.5 s debounce".to_owned(),
                 fmt(reload, 2, " s"),
                 verdict(reload.map(|s| s < 2.5)),
+            ));
+            let quiet = r.and_then(|x| x.fairness.as_ref()).map(|f| f.quiet.as_secs_f64());
+            rows.push((
+                "fairness: a quiet namespace's parent converges < 2 s while another namespace creates N".to_owned(),
+                fmt(quiet, 2, " s"),
+                verdict(quiet.map(|s| s < 2.0)),
             ));
             let bpo = r.and_then(bytes_per_object);
             rows.push((
