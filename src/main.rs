@@ -60,6 +60,7 @@ fn main() -> ExitCode {
             status_namespace,
             initial_list,
             egress_deny_cidr,
+            max_object_size,
             election,
         } => {
             // Kept to the end of `run`: dropping it flushes the spans not exported yet.
@@ -131,6 +132,7 @@ fn main() -> ExitCode {
                 initial_list,
                 election,
                 egress_deny: egress_deny_cidr,
+                max_object_bytes: max_object_size,
             };
             let finished = tokio::runtime::Runtime::new().map(|rt| {
                 let result = rt.block_on(run(settings));

@@ -1,5 +1,5 @@
 //! Hostile objects and writers cost only themselves: a parent nested too deeply to decode
-//! does not stall its kind; a parent cannot take over an existing object by naming it, forged
+//! does not stall its kind, nor does one over the size cap; a parent cannot take over an existing object by naming it, forged
 //! ownership labels elsewhere are neither pruned nor read, and a lookup cannot be aimed at a
 //! namespace the parent does not own.
 
@@ -66,6 +66,80 @@ fn a_parent_nested_300_levels_deep_costs_only_itself() {
     ]);
     assert!(reasons.contains("Undecodable"), "Events on the deep parent: {reasons}");
     assert!(!exists(&ns.0, "configmap/deep-cm"));
+}
+
+#[test]
+fn a_parent_over_the_size_cap_is_not_cached_and_is_told_so_once() {
+    let kind = CustomKind::new("hostile-large", "Bulk");
+    kind.install();
+    let ns = Namespace::new("hostile-large");
+    apply_yaml(&ns.0, &kind.object("small", r#"{"size": "1"}"#));
+    // 40 KiB of spec, over the 16 KiB cap below (the shipped default is 256 KiB).
+    let padding = "x".repeat(40 * 1024);
+    apply_yaml(
+        &ns.0,
+        &kind.object("large", &format!(r#"{{"size": "2", "padding": "{padding}"}}"#)),
+    );
+    let (rules, templates) = kind.config_map_rule("bulk");
+    let operator = Operator::start_with(rules.path(), templates.path(), &ns.0, &["--max-object-size", "16Ki"]);
+    wait_until_refused(
+        &kind,
+        &ns.0,
+        "large",
+        "ObjectTooLarge",
+        &["Bulk is", "over ruleop's cap of 16384 bytes"],
+    );
+    wait_until(WAIT, "the small parent's ConfigMap", || {
+        exists(&ns.0, "configmap/small-cm")
+    });
+    assert!(
+        !exists(&ns.0, "configmap/large-cm"),
+        "the large parent is not reconciled"
+    );
+    assert_eq!(
+        operator.metric("ruleop_objects_too_large_total", &[("kind", "Bulk")]),
+        1
+    );
+    // Our own status write made a new version of the same generation: not reported again.
+    let small_writes = || operator.metric("ruleop_reconciles_total", &[("rule", "bulk")]);
+    let before = small_writes();
+    apply_yaml(&ns.0, &kind.object("small", r#"{"size": "3"}"#));
+    wait_until(WAIT, "the small parent's next reconcile", || small_writes() > before);
+    assert_eq!(
+        operator.metric("ruleop_objects_too_large_total", &[("kind", "Bulk")]),
+        1,
+        "reported once per generation"
+    );
+    let reasons = || {
+        kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            &ns.0,
+            "--field-selector",
+            "involvedObject.name=large",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ])
+    };
+    wait_until(WAIT, "the Warning Event on the large parent", || {
+        reasons().contains("ObjectTooLarge")
+    });
+    let reasons = reasons();
+    assert_eq!(reasons.matches("ObjectTooLarge").count(), 1, "one Event: {reasons}");
+    let line = operator
+        .log_text()
+        .lines()
+        .find(|l| l.contains("over the size cap"))
+        .map(str::to_owned)
+        .expect("a log line about the large parent");
+    assert!(line.contains("name=large") && line.len() < 1000, "{line}");
+    // Made small again, it is reconciled as usual.
+    apply_yaml(&ns.0, &kind.object("large", r#"{"size": "2"}"#));
+    wait_until(WAIT, "the large parent's ConfigMap once it is small", || {
+        exists(&ns.0, "configmap/large-cm")
+    });
+    assert!(operator.stop());
 }
 
 #[test]

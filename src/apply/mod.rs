@@ -9,6 +9,7 @@ pub mod cleanup;
 pub mod compare;
 pub mod drift_limit;
 pub mod events;
+pub mod skipped;
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};

@@ -5,7 +5,9 @@
 //! its kind every time, and no object of that kind is ever cached or reconciled. Here each item
 //! is first taken as raw text (serde_json skips nested values without recursing), then decoded
 //! on its own: an object that does not decode costs only itself. It is reported (a log line and
-//! an Event on it, once per version) and dropped from the caches until it changes.
+//! an Event on it, once per version) and dropped from the caches until it changes. So is an
+//! object whose JSON text is over the size cap (`ruleop run --max-object-size`): a tenant's
+//! megabyte ConfigMaps cost the operator nothing to keep.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
@@ -37,7 +39,12 @@ const MAX_REPORTED: usize = 10_000;
 #[derive(Debug, Clone)]
 pub enum Tolerant {
     /// A decoded object.
-    Object(DynamicObject),
+    Object {
+        /// The object.
+        object: DynamicObject,
+        /// The length of its JSON text as the API server sent it.
+        bytes: usize,
+    },
     /// An object that does not decode.
     Undecodable {
         /// Its metadata (default when even that does not decode).
@@ -51,7 +58,10 @@ impl Tolerant {
     /// Decodes one object's JSON text, leaving out what the engine never reads (see [`Slim`]).
     pub fn from_json(text: &str) -> Tolerant {
         match serde_json::from_str::<Slim>(text) {
-            Ok(Slim(object)) => Tolerant::Object(object),
+            Ok(Slim(object)) => Tolerant::Object {
+                object,
+                bytes: text.len(),
+            },
             Err(e) => {
                 /// What identifies the object. Everything else is skipped, which serde_json does
                 /// without recursing: `managedFields` mirrors the nesting of the fields it covers.
@@ -233,42 +243,97 @@ impl Resource for Tolerant {
 
     fn meta(&self) -> &ObjectMeta {
         match self {
-            Tolerant::Object(object) => &object.metadata,
+            Tolerant::Object { object, .. } => &object.metadata,
             Tolerant::Undecodable { metadata, .. } => metadata,
         }
     }
 
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         match self {
-            Tolerant::Object(object) => &mut object.metadata,
+            Tolerant::Object { object, .. } => &mut object.metadata,
             Tolerant::Undecodable { metadata, .. } => metadata,
         }
     }
 }
 
-/// Reports objects that do not decode: a warning and a Warning Event on the object, once per
-/// version, so a tenant's broken object is visible to them without flooding anyone.
-pub struct UndecodableReporter {
+/// Why a watched object is not cached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skipped {
+    /// It does not decode (the error, bounded).
+    Undecodable(String),
+    /// Its JSON text is over `ruleop run --max-object-size`.
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The cap.
+        cap: usize,
+    },
+}
+
+impl Skipped {
+    /// The Event and condition reason: `Undecodable` or `ObjectTooLarge`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Skipped::Undecodable(_) => "Undecodable",
+            Skipped::TooLarge { .. } => "ObjectTooLarge",
+        }
+    }
+
+    /// What a tenant reads (Event note, condition message) about their object of `kind`.
+    pub fn message(&self, kind: &str) -> String {
+        match self {
+            Skipped::Undecodable(error) => {
+                format!("ruleop cannot read this {kind}: {error}; it is not reconciled until it is fixed")
+            }
+            Skipped::TooLarge { bytes, cap } => format!(
+                "this {kind} is {bytes} bytes, over ruleop's cap of {cap} bytes for an object it keeps \
+                 in memory (ruleop run --max-object-size); it is not reconciled until it is smaller"
+            ),
+        }
+    }
+}
+
+/// What runs once per reported object (a metric, the parent's status).
+type OnSkipped = Box<dyn Fn(&ObjectMeta, &Skipped) + Send + Sync>;
+
+/// Reports objects that are skipped (they do not decode, or are over the size cap): a warning
+/// and a Warning Event on the object, once per generation (or version, for kinds without one), so a tenant's broken or oversized
+/// object is visible to them without flooding anyone.
+pub struct SkipReporter {
     resource: ApiResource,
     recorder: Recorder,
-    on_report: Box<dyn Fn() + Send + Sync>,
+    /// Objects whose JSON text is longer are not cached.
+    max_object_bytes: usize,
+    on_report: OnSkipped,
     reported: Mutex<HashSet<(String, String)>>,
 }
 
-impl UndecodableReporter {
-    /// A reporter for objects of `resource`; `on_report` runs once per reported version (a metric).
-    pub fn new(resource: ApiResource, recorder: Recorder, on_report: impl Fn() + Send + Sync + 'static) -> Self {
-        UndecodableReporter {
+impl SkipReporter {
+    /// A reporter for objects of `resource` that skips those over `max_object_bytes`;
+    /// `on_report` runs once per reported version (a metric, the parent's status).
+    pub fn new(
+        resource: ApiResource,
+        recorder: Recorder,
+        max_object_bytes: usize,
+        on_report: impl Fn(&ObjectMeta, &Skipped) + Send + Sync + 'static,
+    ) -> Self {
+        SkipReporter {
             resource,
             recorder,
+            max_object_bytes,
             on_report: Box::new(on_report),
             reported: Mutex::default(),
         }
     }
 
-    fn report(&self, metadata: &ObjectMeta, error: &str) {
+    fn report(&self, metadata: &ObjectMeta, why: &Skipped) {
         let uid = metadata.uid.clone().unwrap_or_default();
-        let version = metadata.resource_version.clone().unwrap_or_default();
+        // Once per generation where there is one: a status write (ours, marking the parent)
+        // makes a new version of the same object.
+        let version = match metadata.generation {
+            Some(generation) => format!("generation {generation}"),
+            None => metadata.resource_version.clone().unwrap_or_default(),
+        };
         if let Ok(mut reported) = self.reported.lock() {
             if reported.len() >= MAX_REPORTED {
                 reported.clear();
@@ -277,13 +342,19 @@ impl UndecodableReporter {
                 return;
             }
         }
-        (self.on_report)();
+        (self.on_report)(metadata, why);
         let namespace = metadata.namespace.clone().unwrap_or_default();
         let name = metadata.name.clone().unwrap_or_default();
-        warn!(
-            kind = %self.resource.kind, %namespace, %name, %error,
-            "an object cannot be decoded; it is skipped (not reconciled) until it changes"
-        );
+        match why {
+            Skipped::Undecodable(error) => warn!(
+                kind = %self.resource.kind, %namespace, %name, %error,
+                "an object cannot be decoded; it is skipped (not reconciled) until it changes"
+            ),
+            Skipped::TooLarge { bytes, cap } => warn!(
+                kind = %self.resource.kind, %namespace, %name, bytes, cap,
+                "an object is over the size cap; it is skipped (not cached, not reconciled) until it changes"
+            ),
+        }
         if name.is_empty() {
             return;
         }
@@ -298,11 +369,8 @@ impl UndecodableReporter {
         };
         let event = Event {
             type_: EventType::Warning,
-            reason: "Undecodable".to_owned(),
-            note: Some(format!(
-                "ruleop cannot read this {}: {error}; it is not reconciled until it is fixed",
-                self.resource.kind
-            )),
+            reason: why.reason().to_owned(),
+            note: Some(why.message(&self.resource.kind)),
             action: "Decode".to_owned(),
             secondary: None,
         };
@@ -313,6 +381,31 @@ impl UndecodableReporter {
             }
         });
     }
+}
+
+/// Parses `--max-object-size`: bytes, or a number with `Ki` or `Mi` (`256Ki`, `1Mi`).
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let factor = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?}: give bytes, or a number with Ki or Mi (256Ki)"
+            ));
+        }
+    };
+    number
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(factor))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{text:?} is not a size above 0: give bytes, or a number with Ki or Mi (256Ki)"))
 }
 
 /// How a watch makes its first list of a kind (`ruleop run --initial-list`).
@@ -409,7 +502,8 @@ async fn with_initial_list(api: &Api<Tolerant>, config: watcher::Config, initial
     if streaming { config.streaming_lists() } else { config }
 }
 
-/// A watch of `api` that skips (and reports) objects that do not decode and keeps `token` (its
+/// A watch of `api` that skips (and reports) objects that do not decode or are over the size
+/// cap, and keeps `token` (its
 /// readiness) up to date, probing with a one-item LIST while a silent recovery is pending. Its
 /// first list streams or pages as [`InitialList`] says; either way `InitDone` (readiness) comes
 /// only once every object was listed.
@@ -418,7 +512,7 @@ pub fn watch(
     config: watcher::Config,
     initial_list: InitialList,
     token: WatchToken,
-    reporter: Arc<UndecodableReporter>,
+    reporter: Arc<SkipReporter>,
 ) -> impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
     let token = Arc::new(token);
     let probe_api = api.clone();
@@ -434,16 +528,20 @@ pub fn watch(
         }
     })
     .filter_map(move |item| {
-        let item = decoded(item, &reporter);
+        let item = decoded(item, reporter.max_object_bytes, |metadata, why| {
+            reporter.report(metadata, why)
+        });
         std::future::ready(item)
     })
 }
 
-/// Maps one watcher item to decoded objects: an undecodable `InitApply` is left out of the
-/// relist, an undecodable `Apply` becomes a `Delete`, so no cache keeps an older decodable version.
+/// Maps one watcher item to objects the caches may keep. An object that does not decode, or
+/// is over the size cap, is skipped and reported: left out of a relist (`InitApply`), and a
+/// `Delete` in place of an `Apply`, so no cache keeps an older version of it.
 fn decoded(
     item: Result<watcher::Event<Tolerant>, watcher::Error>,
-    reporter: &UndecodableReporter,
+    max_object_bytes: usize,
+    report: impl Fn(&ObjectMeta, &Skipped),
 ) -> Option<Result<watcher::Event<DynamicObject>, watcher::Error>> {
     use watcher::Event as E;
     let stub = |metadata: ObjectMeta| DynamicObject {
@@ -451,22 +549,42 @@ fn decoded(
         metadata,
         data: serde_json::Value::Object(serde_json::Map::new()),
     };
+    /// The object to cache, or why not.
+    enum Kept {
+        Object(DynamicObject),
+        Skipped(ObjectMeta, Skipped),
+    }
+    let keep = |tolerant: Tolerant| match tolerant {
+        Tolerant::Object { object, bytes } if bytes > max_object_bytes => {
+            let why = Skipped::TooLarge {
+                bytes,
+                cap: max_object_bytes,
+            };
+            Kept::Skipped(object.metadata, why)
+        }
+        Tolerant::Object { object, .. } => Kept::Object(object),
+        Tolerant::Undecodable { metadata, error } => Kept::Skipped(metadata, Skipped::Undecodable(error)),
+    };
     Some(Ok(match item {
         Err(e) => return Some(Err(e)),
         Ok(E::Init) => E::Init,
         Ok(E::InitDone) => E::InitDone,
-        Ok(E::InitApply(Tolerant::Object(o))) => E::InitApply(o),
-        Ok(E::Apply(Tolerant::Object(o))) => E::Apply(o),
-        Ok(E::Delete(Tolerant::Object(o))) => E::Delete(o),
+        Ok(E::Delete(Tolerant::Object { object, .. })) => E::Delete(object),
         Ok(E::Delete(Tolerant::Undecodable { metadata, .. })) => E::Delete(stub(metadata)),
-        Ok(E::InitApply(Tolerant::Undecodable { metadata, error })) => {
-            reporter.report(&metadata, &error);
-            return None;
-        }
-        Ok(E::Apply(Tolerant::Undecodable { metadata, error })) => {
-            reporter.report(&metadata, &error);
-            E::Delete(stub(metadata))
-        }
+        Ok(E::InitApply(tolerant)) => match keep(tolerant) {
+            Kept::Object(object) => E::InitApply(object),
+            Kept::Skipped(metadata, why) => {
+                report(&metadata, &why);
+                return None;
+            }
+        },
+        Ok(E::Apply(tolerant)) => match keep(tolerant) {
+            Kept::Object(object) => E::Apply(object),
+            Kept::Skipped(metadata, why) => {
+                report(&metadata, &why);
+                E::Delete(stub(metadata))
+            }
+        },
     }))
 }
 
@@ -517,7 +635,9 @@ mod tests {
         );
         let decoded: kube::core::ObjectList<Tolerant> = serde_json::from_str(&list).expect("list decodes");
         assert_eq!(decoded.items.len(), 2);
-        assert!(matches!(&decoded.items[0], Tolerant::Object(o) if o.name_any() == "good"));
+        assert!(
+            matches!(&decoded.items[0], Tolerant::Object { object, bytes } if object.name_any() == "good" && *bytes == good.len())
+        );
         match &decoded.items[1] {
             Tolerant::Undecodable { metadata, error } => {
                 assert_eq!(metadata.name.as_deref(), Some("deep"));
@@ -536,7 +656,7 @@ mod tests {
             "finalizers":["f"],"creationTimestamp":"2026-11-30T08:00:00Z","selfLink":"/x",
             "managedFields":[{"manager":"ruleop","operation":"Apply","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:ports":{}}}}]},
             "spec":{"ports":[{"port":5432}],"clusterIP":"10.0.0.9"},"status":{"loadBalancer":{}}}"#;
-        let Tolerant::Object(object) = Tolerant::from_json(text) else {
+        let Tolerant::Object { object, .. } = Tolerant::from_json(text) else {
             panic!("decodes")
         };
         let meta = &object.metadata;
@@ -565,7 +685,7 @@ mod tests {
 
     #[test]
     fn an_item_of_a_list_without_type_fields_decodes_without_them() {
-        let Tolerant::Object(object) = Tolerant::from_json(r#"{"metadata":{"name":"a"},"spec":{}}"#) else {
+        let Tolerant::Object { object, .. } = Tolerant::from_json(r#"{"metadata":{"name":"a"},"spec":{}}"#) else {
             panic!("decodes")
         };
         assert!(object.types.is_none());
@@ -625,5 +745,62 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn an_object_over_the_size_cap_is_left_out_of_the_caches_and_reported() {
+        use watcher::Event as E;
+        let small = r#"{"metadata":{"name":"small","uid":"u1","resourceVersion":"1"},"data":{"a":"b"}}"#;
+        let big = format!(
+            r#"{{"metadata":{{"name":"big","uid":"u2","resourceVersion":"2"}},"data":{{"a":"{}"}}}}"#,
+            "x".repeat(2000)
+        );
+        let reported = std::cell::RefCell::new(Vec::new());
+        let report = |metadata: &ObjectMeta, why: &Skipped| {
+            reported
+                .borrow_mut()
+                .push((metadata.name.clone().unwrap_or_default(), why.clone()));
+        };
+        let kept = |event| match decoded(Ok(event), 1024, report) {
+            Some(Ok(E::InitApply(o) | E::Apply(o))) => Some(("kept", o.name_any())),
+            Some(Ok(E::Delete(o))) => Some(("deleted", o.name_any())),
+            _ => None,
+        };
+        assert_eq!(
+            kept(E::InitApply(Tolerant::from_json(small))),
+            Some(("kept", "small".to_owned()))
+        );
+        assert_eq!(
+            kept(E::InitApply(Tolerant::from_json(&big))),
+            None,
+            "left out of the relist"
+        );
+        assert_eq!(
+            kept(E::Apply(Tolerant::from_json(&big))),
+            Some(("deleted", "big".to_owned())),
+            "an older, smaller version leaves the caches"
+        );
+        let reported = reported.borrow();
+        assert_eq!(reported.len(), 2);
+        assert_eq!(reported[0].0, "big");
+        assert!(matches!(reported[0].1, Skipped::TooLarge { bytes, cap: 1024 } if bytes == big.len()));
+        assert!(
+            reported[0]
+                .1
+                .message("ConfigMap")
+                .contains(&format!("{} bytes, over ruleop's cap of 1024", big.len()))
+        );
+        assert_eq!(reported[0].1.reason(), "ObjectTooLarge");
+    }
+
+    #[test]
+    fn sizes_are_bytes_or_a_number_with_ki_or_mi() {
+        assert_eq!(parse_size("256Ki"), Ok(256 * 1024));
+        assert_eq!(parse_size("1Mi"), Ok(1 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("1KB").unwrap_err().contains("unknown unit \"KB\""));
+        assert!(parse_size("Ki").is_err());
+        assert!(parse_size("99999999999999999999Mi").is_err());
     }
 }

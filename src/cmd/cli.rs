@@ -104,6 +104,11 @@ pub enum Command {
         /// `allowedHosts` entry naming the address itself reaches one.
         #[arg(long = "egress-deny-cidr", env = "RULEOP_EGRESS_DENY_CIDR", value_delimiter = ',', value_parser = crate::engine::egress::parse_cidr)]
         egress_deny_cidr: Vec<ipnet::IpNet>,
+        /// Watched objects (parents, children, looked-up objects) whose JSON is longer than this
+        /// are neither cached nor reconciled: counted, logged, a Warning Event on the object, and
+        /// a parent gets `Ready=False` (`ObjectTooLarge`). Bytes, or a number with Ki or Mi.
+        #[arg(long, env = "RULEOP_MAX_OBJECT_SIZE", default_value = "256Ki", value_parser = crate::cache::watch::parse_size)]
+        max_object_size: usize,
         #[command(flatten)]
         election: Box<ElectionArgs>,
     },

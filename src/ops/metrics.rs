@@ -154,6 +154,7 @@ pub struct Metrics {
     actions: Family<ActionLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     undecodable: Family<KindLabels, Counter>,
+    too_large: Family<KindLabels, Counter>,
     drift_deferred: Family<KindLabels, Counter>,
     parents_remembered: Family<RuleLabels, Gauge>,
     leader: Gauge,
@@ -242,6 +243,12 @@ impl Default for Metrics {
             "Watched objects that could not be decoded (skipped), per kind",
             undecodable.clone(),
         );
+        let too_large = Family::default();
+        registry.register(
+            "ruleop_objects_too_large",
+            "Watched objects over --max-object-size (skipped: not cached, not reconciled), per kind",
+            too_large.clone(),
+        );
         let drift_deferred = Family::default();
         registry.register(
             "ruleop_drift_repairs_deferred",
@@ -313,6 +320,7 @@ impl Default for Metrics {
             actions,
             reloads,
             undecodable,
+            too_large,
             drift_deferred,
             parents_remembered,
             leader,
@@ -429,6 +437,13 @@ impl Metrics {
     /// Counts one watched object of `kind` that could not be decoded.
     pub fn undecodable(&self, kind: &str) {
         self.undecodable
+            .get_or_create(&KindLabels { kind: kind.to_owned() })
+            .inc();
+    }
+
+    /// Counts one watched object of `kind` over the size cap.
+    pub fn too_large(&self, kind: &str) {
+        self.too_large
             .get_or_create(&KindLabels { kind: kind.to_owned() })
             .inc();
     }

@@ -28,7 +28,7 @@ use crate::cache::children::ChildIndex;
 use crate::cache::discovery::{Kinds, NotResolved, ServedKind};
 use crate::cache::lookups::{self, RuleLookups};
 use crate::cache::parents::ParentIndex;
-use crate::cache::watch::UndecodableReporter;
+use crate::cache::watch::{SkipReporter, Skipped};
 use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::engine::plan::children::ObjectRef as ChildRef;
 use crate::engine::plan::context::{LABEL_RULE, ParentRef};
@@ -73,6 +73,8 @@ pub struct Shared {
     pub writers: Arc<crate::ha::shard::Writers>,
     /// How every watch lists first (`--initial-list`).
     pub initial_list: crate::cache::watch::InitialList,
+    /// Watched objects whose JSON text is longer are not cached (`--max-object-size`).
+    pub max_object_bytes: usize,
     /// Addresses `http` actions never reach through a name: `--egress-deny-cidr` and the API
     /// server's own addresses.
     pub egress_deny: Vec<ipnet::IpNet>,
@@ -94,35 +96,74 @@ impl Shared {
         }
     }
 
-    /// A watch of one kind for one rule that counts for readiness and skips (and reports)
-    /// objects that do not decode.
-    fn watch(
-        &self,
+    /// The watch of a rule's parents: like [`Shared::watch_in`], and a parent skipped for its
+    /// size also gets `Ready=False` (`ObjectTooLarge`) on its status.
+    fn watch_parents(
+        self: &Arc<Self>,
         rule: &Rule,
         served: &ServedKind,
         config: watcher::Config,
     ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
-        self.watch_in(self.api(served), rule, served, config)
+        self.watch_skipping(self.api(served), rule, served, config, true)
     }
 
-    /// [`Shared::watch`] through a given API handle (lookups watch every namespace).
+    /// A watch of one kind for one rule, through a given API handle (lookups and label-owned
+    /// children watch every namespace), that counts for readiness and skips (and reports)
+    /// objects that do not decode or are over `--max-object-size`.
     fn watch_in(
-        &self,
+        self: &Arc<Self>,
         api: Api<crate::cache::watch::Tolerant>,
         rule: &Rule,
         served: &ServedKind,
         config: watcher::Config,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+        self.watch_skipping(api, rule, served, config, false)
+    }
+
+    fn watch_skipping(
+        self: &Arc<Self>,
+        api: Api<crate::cache::watch::Tolerant>,
+        rule: &Rule,
+        served: &ServedKind,
+        config: watcher::Config,
+        parents: bool,
     ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
         let resource = &served.resource;
         let token = self.admin.health.register_watch(format!(
             "rule {:?}: watch of {} ({})",
             rule.name, resource.kind, resource.api_version
         ));
-        let admin = self.admin.clone();
-        let kind = resource.kind.clone();
-        let reporter = UndecodableReporter::new(resource.clone(), self.recorder.clone(), move || {
-            admin.metrics.undecodable(&kind);
-        });
+        let shared = Arc::downgrade(self);
+        let served_kind = served.clone();
+        let reporter = SkipReporter::new(
+            resource.clone(),
+            self.recorder.clone(),
+            self.max_object_bytes,
+            move |metadata, why| {
+                let Some(shared) = shared.upgrade() else { return };
+                match why {
+                    Skipped::Undecodable(_) => shared.admin.metrics.undecodable(&served_kind.resource.kind),
+                    Skipped::TooLarge { .. } => shared.admin.metrics.too_large(&served_kind.resource.kind),
+                }
+                // Another replica's parent (`--shards`) is marked there.
+                let held = shared.writers.of(metadata.uid.as_deref().unwrap_or_default()).held();
+                if parents && held && matches!(why, Skipped::TooLarge { .. }) {
+                    let (served, metadata, why) = (served_kind.clone(), metadata.clone(), why.clone());
+                    tokio::spawn(async move {
+                        let now = crate::runtime::clock::now_rfc3339();
+                        crate::apply::skipped::mark_parent(
+                            shared.client.clone(),
+                            &served,
+                            &metadata,
+                            &why,
+                            now,
+                            &shared.admin,
+                        )
+                        .await;
+                    });
+                }
+            },
+        );
         crate::cache::watch::watch(api, config, self.initial_list, token, Arc::new(reporter))
     }
 }
@@ -279,7 +320,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let bodies = Arc::new(ParentIndex::default());
     let index = bodies.clone();
     let parents = shared
-        .watch(rule, &parent_kind, config)
+        .watch_parents(rule, &parent_kind, config)
         // The store keeps metadata; the parents themselves are kept as text.
         .map(move |event| {
             event.map(|mut event| {

@@ -56,6 +56,8 @@ pub struct RunSettings {
     pub election: Option<Election>,
     /// `--egress-deny-cidr`: ranges `http` actions never reach through a host name.
     pub egress_deny: Vec<ipnet::IpNet>,
+    /// `--max-object-size`: watched objects longer than this are not cached.
+    pub max_object_bytes: usize,
 }
 
 /// The running controllers, kept in step with the current rule set.
@@ -244,6 +246,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         default_resync: settings.default_resync,
         namespace: settings.namespace.clone(),
         initial_list: settings.initial_list,
+        max_object_bytes: settings.max_object_bytes,
         egress_deny: egress_deny(&settings.egress_deny).await,
     });
     let mut supervisor = Supervisor::new(shared.clone());

@@ -453,7 +453,7 @@ pub fn error_location(error: &PlanError) -> Option<String> {
             (Some(t), None) => Some(t.clone()),
             _ => None,
         },
-        PlanError::InvalidChild { template, .. } => Some(template.clone()),
+        PlanError::InvalidChild { template, .. } | PlanError::PlanTooLarge { template, .. } => Some(template.clone()),
         PlanError::ForEach { at, .. } | PlanError::LookupNamespaceNotAllowed { at, .. } => Some(at.clone()),
         PlanError::InvalidParent(_) | PlanError::NamespaceNotAllowed { .. } => None,
     }

@@ -92,6 +92,25 @@ pub enum Placement {
     },
 }
 
+/// The length of `object` as compact JSON, counted without building the text.
+pub fn json_len(object: &Value) -> usize {
+    /// Counts what serde_json writes.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a Value to a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, object);
+    count.0
+}
+
 /// Renders one template into one checked object carrying our labels and owner reference.
 pub fn render_object(
     renderer: &Renderer,

@@ -92,6 +92,20 @@ pub enum PlanError {
         /// What is wrong with the rendered object.
         message: String,
     },
+    /// The children of one plan add up to more than [`MAX_PLAN_BYTES`] (as JSON): a parent's
+    /// values multiplied by a template or a `forEach` would hold that much in memory at once.
+    #[error(
+        "child {id:?} ({template}) brings the plan's children to {bytes} bytes of JSON, over the limit of \
+         {MAX_PLAN_BYTES} bytes per parent"
+    )]
+    PlanTooLarge {
+        /// The child whose object went over.
+        id: String,
+        /// Its template.
+        template: String,
+        /// The children's bytes so far, this one included.
+        bytes: usize,
+    },
     /// A `forEach` gave items that cannot become objects (duplicate or missing keys, too many).
     #[error("child {id:?} (forEach at {at}): {message}")]
     ForEach {
@@ -115,9 +129,14 @@ impl PlanError {
                 "NamespaceNotAllowed"
             }
             PlanError::ForEach { .. } => "InvalidForEach",
+            PlanError::PlanTooLarge { .. } => "PlanTooLarge",
         }
     }
 }
+
+/// The most JSON the children of one plan may add up to. One template renders at most
+/// [`crate::engine::template::MAX_OUTPUT_BYTES`]; this bounds what a `forEach` multiplies.
+pub const MAX_PLAN_BYTES: usize = 8 << 20;
 
 /// Everything one reconcile of one parent will do.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -254,6 +273,7 @@ pub fn plan_with(
 
     let mut desired = Vec::new();
     let mut waiting = Vec::new();
+    let mut plan_bytes = 0;
     for Selected { child, items } in &selected {
         if let Some(wait) = order::waits_for(child, &readiness) {
             waiting.push(wait);
@@ -268,16 +288,24 @@ pub fn plan_with(
                 cluster_scoped: rule.is_cluster_scoped(&child.api_version, &child.kind),
             },
         };
-        let render = |context: &minijinja::Value| {
-            children::desired_child(
+        let mut render = |context: &minijinja::Value| {
+            let rendered = children::desired_child(
                 renderer,
                 &declared,
                 child.on_immutable_change,
                 &parent_ref,
                 &rule.name,
                 context,
-            )
-            .map(|rendered| DesiredChild {
+            )?;
+            plan_bytes += children::json_len(&rendered.object);
+            if plan_bytes > MAX_PLAN_BYTES {
+                return Err(PlanError::PlanTooLarge {
+                    id: child.id.value.clone(),
+                    template: child.template.value.clone(),
+                    bytes: plan_bytes,
+                });
+            }
+            Ok(DesiredChild {
                 adopt: child.adopt,
                 ..rendered
             })
