@@ -384,9 +384,19 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         };
     }
     // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
+    // Each is scoped as far as the rule allows: to the one namespace its lookups name, and to
+    // the labels they match.
     let watch_lookups = |served: &ServedKind| {
-        let api = Api::all_with(shared.client.clone(), &served.resource);
-        shared.watch_in(api, rule, served, watcher::Config::default()).boxed()
+        let (api_version, kind) = (&served.resource.api_version, &served.resource.kind);
+        let api = match rule.lookup_namespace(api_version, kind) {
+            Some(ns) if served.namespaced => Api::namespaced_with(shared.client.clone(), &ns, &served.resource),
+            _ => Api::all_with(shared.client.clone(), &served.resource),
+        };
+        let mut config = watcher::Config::default();
+        if let Some(selector) = rule.lookup_selector(api_version, kind) {
+            config = config.labels(&selector);
+        }
+        shared.watch_in(api, rule, served, config).boxed()
     };
     if shared.writers.is_sharded() {
         let queued = triggers.clone();

@@ -131,7 +131,19 @@ fn guard(
     })
 }
 
-/// Reads every lookup: what was read (for the plan) and the `lookups` context entry.
+/// Whether `object` carries every label of `wanted` (a lookup's `matchLabels`).
+fn has_labels(object: &Value, wanted: &std::collections::BTreeMap<String, String>) -> bool {
+    wanted.iter().all(|(key, value)| {
+        object
+            .pointer("/metadata/labels")
+            .and_then(|labels| labels.get(key))
+            .and_then(Value::as_str)
+            == Some(value.as_str())
+    })
+}
+
+/// Reads every lookup: what was read (for the plan) and the `lookups` context entry. An object
+/// without the lookup's `matchLabels` is not read (the cache does not hold it either).
 pub fn resolve(
     renderer: &Renderer,
     rule: &Rule,
@@ -141,8 +153,14 @@ pub fn resolve(
 ) -> Result<(Vec<LookupRead>, Value), PlanError> {
     let mut reads = Vec::new();
     let mut context = Map::new();
-    for (id, key) in keys(renderer, rule, parent_ref, parent_context)? {
-        let object = key.as_ref().and_then(|k| source.get(k));
+    for ((id, key), lookup) in keys(renderer, rule, parent_ref, parent_context)?
+        .into_iter()
+        .zip(&rule.spec.lookups)
+    {
+        let object = key
+            .as_ref()
+            .and_then(|k| source.get(k))
+            .filter(|object| has_labels(object, &lookup.match_labels));
         reads.push(LookupRead {
             id: id.clone(),
             found: object.is_some(),

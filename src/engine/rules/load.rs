@@ -455,12 +455,46 @@ impl RuleChecker<'_> {
         }
     }
 
-    /// Ids, kinds and the name and namespace templates of the lookups.
+    /// Ids, kinds, `matchLabels` and the name and namespace templates of the lookups.
     fn check_lookups(&mut self, rule: &str, lookups: &[LookupSpec]) {
         let mut ids = BTreeMap::new();
+        // The first lookup of each kind: its `matchLabels` scope the kind's one cache.
+        let mut first_of_kind: BTreeMap<(&str, &str), &LookupSpec> = BTreeMap::new();
         for lookup in lookups {
             let id = &lookup.id.value;
             self.check_id(&lookup.id, "lookup", &mut ids);
+            match first_of_kind.entry((&lookup.api_version, &lookup.kind)) {
+                std::collections::btree_map::Entry::Vacant(entry) => {
+                    entry.insert(lookup);
+                }
+                std::collections::btree_map::Entry::Occupied(first)
+                    if first.get().match_labels != lookup.match_labels =>
+                {
+                    self.report(
+                        self.at(&lookup.id),
+                        format!(
+                            "lookup {id:?}: matchLabels {:?} differ from those of lookup {:?} of the same kind ({:?}); \
+                             the lookups of one kind share one cache, so they must declare the same matchLabels",
+                            lookup.match_labels,
+                            first.get().id.value,
+                            first.get().match_labels
+                        ),
+                        None,
+                    );
+                }
+                std::collections::btree_map::Entry::Occupied(_) => {}
+            }
+            if let Some(key) = lookup
+                .match_labels
+                .keys()
+                .find(|key| key.is_empty() || key.contains([',', '=', '!']))
+            {
+                self.report(
+                    self.at(&lookup.id),
+                    format!("lookup {id:?}: matchLabels key {key:?} is not a label key"),
+                    None,
+                );
+            }
             if !lookup.api_version.contains('/') && lookup.api_version != "v1" {
                 self.report(
                     self.at(&lookup.id),

@@ -54,6 +54,37 @@ impl Rule {
         kinds
     }
 
+    /// The label selector (`k=v,...`) of the one cache of a looked-up kind: the `matchLabels`
+    /// its lookups declare (check makes them agree). `None`: every object of the kind.
+    pub fn lookup_selector(&self, api_version: &str, kind: &str) -> Option<String> {
+        let lookup = self
+            .spec
+            .lookups
+            .iter()
+            .find(|l| l.api_version == api_version && l.kind == kind)?;
+        let selector: Vec<String> = lookup.match_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        (!selector.is_empty()).then(|| selector.join(","))
+    }
+
+    /// The one namespace every lookup of a kind reads, when each names it as a constant: its
+    /// cache then watches that namespace only. `None`: the parents' namespaces, a template or
+    /// several namespaces.
+    pub fn lookup_namespace(&self, api_version: &str, kind: &str) -> Option<String> {
+        let mut namespaces = self
+            .spec
+            .lookups
+            .iter()
+            .filter(|l| l.api_version == api_version && l.kind == kind)
+            .map(|l| {
+                l.namespace
+                    .as_ref()
+                    .map(|ns| ns.value.trim())
+                    .filter(|ns| !ns.is_empty() && !ns.contains("{{") && !ns.contains("{%"))
+            });
+        let first = namespaces.next()??;
+        namespaces.all(|ns| ns == Some(first)).then(|| first.to_owned())
+    }
+
     /// Whether objects of this kind are cluster-scoped (as far as the rule set knows).
     pub fn is_cluster_scoped(&self, api_version: &str, kind: &str) -> bool {
         self.cluster_scoped.contains(&(api_version.to_owned(), kind.to_owned()))
@@ -130,5 +161,54 @@ impl RuleSet {
     /// The rule with that name.
     pub fn rule(&self, name: &str) -> Option<&Rule> {
         self.rules.iter().find(|r| r.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule_with_lookups(lookups: &str) -> Rule {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (rules, templates) = (dir.path().join("rules"), dir.path().join("templates"));
+        std::fs::create_dir_all(&rules).expect("mkdir");
+        std::fs::create_dir_all(&templates).expect("mkdir");
+        std::fs::write(
+            rules.join("r.yaml"),
+            format!(
+                "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  watch: {{apiVersion: example.com/v1, kind: R}}\n  lookups:\n{lookups}"
+            ),
+        )
+        .expect("write rule");
+        load::load(&rules, &templates).expect("valid rules").rules.remove(0)
+    }
+
+    #[test]
+    fn a_looked_up_kind_is_cached_in_the_one_constant_namespace_its_lookups_name() {
+        let one = rule_with_lookups(
+            "    - {id: a, apiVersion: v1, kind: ConfigMap, name: a, namespace: platform}\n    - {id: b, apiVersion: v1, kind: ConfigMap, name: b, namespace: platform}\n    - {id: s, apiVersion: v1, kind: Secret, name: s}\n",
+        );
+        assert_eq!(one.lookup_namespace("v1", "ConfigMap").as_deref(), Some("platform"));
+        assert_eq!(one.lookup_namespace("v1", "Secret"), None, "the parents' namespaces");
+        let two = rule_with_lookups(
+            "    - {id: a, apiVersion: v1, kind: ConfigMap, name: a, namespace: platform}\n    - {id: b, apiVersion: v1, kind: ConfigMap, name: b, namespace: other}\n",
+        );
+        assert_eq!(two.lookup_namespace("v1", "ConfigMap"), None, "two namespaces");
+        let templated = rule_with_lookups(
+            "    - {id: a, apiVersion: v1, kind: ConfigMap, name: a, namespace: \"{{ metadata.namespace }}\"}\n",
+        );
+        assert_eq!(templated.lookup_namespace("v1", "ConfigMap"), None);
+    }
+
+    #[test]
+    fn a_looked_up_kind_is_cached_with_the_labels_its_lookups_match() {
+        let rule = rule_with_lookups(
+            "    - {id: a, apiVersion: v1, kind: Secret, name: a, matchLabels: {team: x, ruleop.io/lookup: \"true\"}}\n    - {id: c, apiVersion: v1, kind: ConfigMap, name: c}\n",
+        );
+        assert_eq!(
+            rule.lookup_selector("v1", "Secret").as_deref(),
+            Some("ruleop.io/lookup=true,team=x")
+        );
+        assert_eq!(rule.lookup_selector("v1", "ConfigMap"), None);
     }
 }

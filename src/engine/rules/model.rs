@@ -168,6 +168,11 @@ pub struct LookupSpec {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub namespace: Option<Located<String>>,
+    /// Only objects carrying all these labels are looked up, and only they are cached: e.g.
+    /// `{ruleop.io/lookup: "true"}` keeps a tenant's unrelated Secrets out of ruleop's memory.
+    /// Every lookup of the same kind in a rule declares the same `matchLabels` (one cache per kind).
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
 }
 
 /// Reaction to an apply rejected because an immutable field changed.
