@@ -28,5 +28,5 @@ rbac:            ## regenerate deploy/rbac/clusterrole.yaml from the rules
 image:           ## container image without a daemon: static binary -> target/ruleop-image.tar (OCI archive)
 	scripts/image.sh
 
-fuzz:            ## cargo-fuzz every target for FUZZ_SECONDS (default 60) each; see fuzz/README.md
+fuzz:            ## cargo-fuzz every target for FUZZ_SECONDS (default 60) each; see docs/development/fuzzing.md
 	scripts/fuzz.sh
