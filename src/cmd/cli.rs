@@ -186,6 +186,22 @@ pub enum Command {
         #[arg(long, env = "RULEOP_NOW")]
         now: Option<String>,
     },
+    /// Print a generated reference page as Markdown (committed as docs/reference/cli.md and
+    /// docs/reference/metrics.md; `make reference`).
+    #[command(hide = true)]
+    Reference {
+        /// Which page.
+        page: ReferencePage,
+    },
+}
+
+/// Which page `ruleop reference` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReferencePage {
+    /// Every subcommand and flag (docs/reference/cli.md).
+    Cli,
+    /// Every metric family (docs/reference/metrics.md).
+    Metrics,
 }
 
 /// Which JSON Schema `ruleop schema` prints.
