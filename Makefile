@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test bench check schema control-plane deploy-config rbac image fuzz
+.PHONY: demo test bench check schema reference control-plane deploy-config rbac image fuzz
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -12,6 +12,10 @@ check:           ## validate the shipped rules
 
 schema:          ## regenerate schema/rule.schema.json
 	cargo run --quiet -- schema > schema/rule.schema.json
+
+reference:       ## regenerate docs/reference/cli.md (from clap) and docs/reference/metrics.md (from the metrics registry)
+	cargo run --quiet -- reference cli > docs/reference/cli.md
+	cargo run --quiet -- reference metrics > docs/reference/metrics.md
 
 bench:           ## convergence benchmark: ruleop vs a floor, kopf and kro (BENCH_N=100,1000; BENCH_N=10000 for the large run); see bench/README.md
 	bench/run.sh
@@ -28,5 +32,5 @@ rbac:            ## regenerate deploy/rbac/clusterrole.yaml from the rules
 image:           ## container image without a daemon: static binary -> target/ruleop-image.tar (OCI archive)
 	scripts/image.sh
 
-fuzz:            ## cargo-fuzz every target for FUZZ_SECONDS (default 60) each; see fuzz/README.md
+fuzz:            ## cargo-fuzz every target for FUZZ_SECONDS (default 60) each; see docs/development/fuzzing.md
 	scripts/fuzz.sh

@@ -64,7 +64,7 @@ say "checking the rules"
 show target/debug/ruleop check --rules rules --templates templates
 
 if [[ "$mode" == node ]]; then
-  say "installing ruleop as the README says: kubectl apply -k (deploy/ through tests/node/overlay)"
+  say "installing ruleop as docs/operations/deploy.md says: kubectl apply -k (deploy/ through tests/node/overlay)"
   tests/node/overlay.sh target/demo-deploy
   show kubectl apply -k target/demo-deploy
   show kubectl -n ruleop-system rollout status deployment/ruleop --timeout=180s

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use ruleop::cmd::cli::{Cli, Command};
 use ruleop::cmd::offline;
-use ruleop::cmd::{diff, ruletest};
+use ruleop::cmd::{diff, reference, ruletest};
 use ruleop::engine::duration;
 use ruleop::runtime::run::{RunSettings, run};
 
@@ -34,6 +34,10 @@ fn main() -> ExitCode {
             offline::render(&sources, &file, observed.as_deref(), output, &now)
         }
         Command::Schema { kind } => Ok(offline::schema(kind)),
+        Command::Reference { page } => Ok(match page {
+            ruleop::cmd::cli::ReferencePage::Cli => reference::cli(),
+            ruleop::cmd::cli::ReferencePage::Metrics => reference::metrics(),
+        }),
         Command::Test {
             sources,
             paths,

@@ -115,7 +115,7 @@ fn a_template_change_applied_with_kustomize_reaches_every_child_through_the_kube
         })
     });
 
-    // As the README says: edit the template, apply -k. (deploy/config holds the copies that
+    // As docs/operations/deploy.md says: edit the template, apply -k. (deploy/config holds the copies that
     // `make deploy-config` writes from templates/.)
     for template in ["service.yaml.j2", "statefulset.yaml.j2"] {
         ruleop.edit(&format!("deploy/config/templates/database/{template}"), |text| {

@@ -207,10 +207,10 @@ fn three_replicas_hold_four_of_twelve_shards_each_and_a_killed_ones_shards_move_
     }
 }
 
-/// The same 300 parents with one replica and no shards, for the README's comparison (what the
+/// The same 300 parents with one replica and no shards, for the comparison in docs/operations/sharding.md (what the
 /// three replicas above split): `cargo test --test sharding -- --ignored --nocapture`.
 #[test]
-#[ignore = "a measurement for the README, not a check"]
+#[ignore = "a measurement for docs/operations/sharding.md, not a check"]
 fn one_replica_alone_over_the_same_parents_for_comparison() {
     install_crds();
     let ns = Namespace::new("unsharded");

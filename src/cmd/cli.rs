@@ -34,7 +34,7 @@ pub struct Sources {
 }
 
 /// The subcommands.
-/// Which metric to watch for what (`ruleop run --help`); the README has the full table.
+/// Which metric to watch for what (`ruleop run --help`); docs/operations/health-metrics.md has the full table.
 const RUN_METRICS_HELP: &str = "\
 Metrics to watch (at --admin-addr /metrics; `controller` and `rule` are the rule's name):
   controller_runtime_reconcile_total{controller,result}  reconcile rate (success, error, requeue)
@@ -42,7 +42,7 @@ Metrics to watch (at --admin-addr /metrics; `controller` and `rule` are the rule
   ruleop_reconcile_errors_total{rule,reason}             why reconciles fail
   controller_runtime_reconcile_time_seconds{controller}  p50/p99 reconcile latency (histogram)
   controller_runtime_active_workers{controller}          reconciles in flight (backlog at maxConcurrentReconciles;
-                                                         a rule reload may run up to 4x as many, see the README)
+                                                         a rule reload may run up to 4x as many, see docs/reference/rule.md)
   workqueue_depth{controller,name}                       parents waiting for a worker, served in turn (a growing backlog)
   ruleop_cached_objects{rule,kind}                       objects held in memory per watched kind
   ruleop_last_successful_reconcile_timestamp_seconds     a rule that stopped converging
@@ -191,6 +191,22 @@ pub enum Command {
         #[arg(long, env = "RULEOP_NOW")]
         now: Option<String>,
     },
+    /// Print a generated reference page as Markdown (committed as docs/reference/cli.md and
+    /// docs/reference/metrics.md; `make reference`).
+    #[command(hide = true)]
+    Reference {
+        /// Which page.
+        page: ReferencePage,
+    },
+}
+
+/// Which page `ruleop reference` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReferencePage {
+    /// Every subcommand and flag (docs/reference/cli.md).
+    Cli,
+    /// Every metric family (docs/reference/metrics.md).
+    Metrics,
 }
 
 /// Which JSON Schema `ruleop schema` prints.
@@ -247,7 +263,7 @@ pub struct ElectionArgs {
     /// with its own Lease `<lease-name>-shard-<i>`: every replica reconciles the parents of the
     /// shards it holds, up to its fair share (shards / live replicas, rounded up). More than 1
     /// implies leases (--leader-elect is then redundant); 1 with --leader-elect is one Lease
-    /// for everything, without it no Lease at all. See the README, "Sharding".
+    /// for everything, without it no Lease at all. See docs/operations/sharding.md.
     #[arg(long, env = "RULEOP_SHARDS", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=MAX_SHARDS as i64))]
     pub shards: u32,

@@ -342,6 +342,51 @@ impl Default for Metrics {
 /// Every `result` of `ruleop_rule_reloads_total`.
 const RELOAD_RESULTS: &[&str] = &["ok", "invalid", "retrying"];
 
+/// A controller that is sampled as one placeholder series, for [`exposition_of_every_family`].
+struct Placeholder;
+
+impl Sampled for Placeholder {
+    fn queue_depth(&self) -> usize {
+        0
+    }
+
+    fn cached_objects(&self) -> BTreeMap<String, usize> {
+        BTreeMap::from([("<kind>".to_owned(), 0)])
+    }
+}
+
+/// The exposition of a registry in which every family has series: one per value of a label
+/// with a known set of values (`result`), a `<placeholder>` for a label whose values are names
+/// (`<rule>`, `<kind>`). What `ruleop reference metrics` turns into docs/reference/metrics.md.
+pub fn exposition_of_every_family() -> String {
+    let m = Metrics::default();
+    let rule = "<rule>";
+    m.rule_started(rule);
+    for outcome in [Outcome::Ok, Outcome::Conflict, Outcome::Error("<reason>")] {
+        m.reconciled(rule, outcome, Duration::ZERO);
+    }
+    drop(m.reconcile_started(rule));
+    m.api_write("<verb>", "<kind>");
+    m.action_ran(rule, "<action>", true);
+    m.action_ran(rule, "<action>", false);
+    m.undecodable("<kind>");
+    m.drift_repair_deferred("<kind>");
+    m.parents_remembered(rule, 0);
+    m.set_leader(false);
+    m.triggered(rule, "<trigger>");
+    m.set_shards(0, &std::collections::BTreeSet::new());
+    let shard = ShardLabels {
+        shard: "<shard>".to_owned(),
+    };
+    let _ = m.shard_leader.get_or_create(&shard);
+    let _ = m.shard_reconciles.get_or_create(&shard);
+    let controller: std::sync::Arc<dyn Sampled> = std::sync::Arc::new(Placeholder);
+    m.sample(rule, std::sync::Arc::downgrade(&controller));
+    let text = m.render();
+    drop(controller);
+    text
+}
+
 /// Counts a reconcile as running until dropped.
 #[derive(Debug)]
 pub struct InFlight(Gauge);
@@ -610,6 +655,20 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} not in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_exposition_for_the_reference_has_every_registered_family() {
+        // Every `registry.register(` call of this file before its tests is one family.
+        let source = include_str!("metrics.rs");
+        let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+        let registered = code.matches("registry.register(").count();
+        let text = exposition_of_every_family();
+        let shown = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        assert_eq!(
+            shown, registered,
+            "a family has no series in exposition_of_every_family:\n{text}"
+        );
     }
 
     struct Fixed(usize);

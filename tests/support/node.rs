@@ -1,6 +1,6 @@
 //! The test cluster with a node (tests/node): a control plane started by `ctl.sh start --node`
 //! (or reused from `RULEOP_NODE_KUBECONFIG`, which `make test` sets), and ruleop installed in it
-//! as the README says, `kubectl apply -k` of deploy/ (through the test overlay, see
+//! as docs/operations/deploy.md says, `kubectl apply -k` of deploy/ (through the test overlay, see
 //! tests/node/overlay.sh), running as a Pod. Tests that use the installation take it in turn
 //! ([`ruleop`]): there is one `ruleop-system` namespace.
 

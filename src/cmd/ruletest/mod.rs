@@ -165,7 +165,7 @@ fn run_file(set: &RuleSet, file: &Path, report: &mut Report) {
         Err(e) => {
             let e = yaml::YamlError::from_saphyr(&e);
             let hint = if e.message.contains("unknown field") {
-                " (see the RuleTest reference in README.md or schema/ruletest.schema.json)"
+                " (see the RuleTest reference in docs/reference/ruletest.md or schema/ruletest.schema.json)"
             } else {
                 ""
             };

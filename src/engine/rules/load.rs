@@ -183,7 +183,8 @@ fn parse_rule_documents(path: &Path, text: &str, count: usize, problems: &mut Ve
         Err(e) => {
             let mut diagnostic = yaml_diagnostic(path, &yaml::YamlError::from_saphyr(&e));
             if diagnostic.message.contains("unknown field") {
-                diagnostic = diagnostic.with_hint("see the rule reference in README.md or schema/rule.schema.json");
+                diagnostic =
+                    diagnostic.with_hint("see the rule reference in docs/reference/rule.md or schema/rule.schema.json");
             }
             problems.push(diagnostic);
             debug_assert!(count > 0);
