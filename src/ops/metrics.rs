@@ -370,6 +370,7 @@ pub fn exposition_of_every_family() -> String {
     m.action_ran(rule, "<action>", true);
     m.action_ran(rule, "<action>", false);
     m.undecodable("<kind>");
+    m.too_large("<kind>");
     m.drift_repair_deferred("<kind>");
     m.parents_remembered(rule, 0);
     m.set_leader(false);
