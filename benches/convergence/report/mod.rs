@@ -291,7 +291,7 @@ impl Report<'_> {
             });
         let _ = writeln!(
             md,
-            "| (7) fairness: one parent in a quiet namespace while another creates N, created halfway (s to \
+            "| (8) fairness: one parent in a quiet namespace while another creates N, created halfway (s to \
              converge; the busy namespace's last parent) {} < 2 at N=1000 |",
             cells(&fairness)
         );
