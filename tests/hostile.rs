@@ -354,3 +354,79 @@ fn a_lookup_cannot_be_aimed_at_a_namespace_the_parent_does_not_own() {
     );
     assert!(!exists(&ns.0, "configmap/stolen-copy"));
 }
+
+/// `count` Secrets named `<prefix>-<i>`, each holding `bytes` of data, created in `ns` with one
+/// kubectl call.
+fn create_bulky_secrets(ns: &str, prefix: &str, count: usize, bytes: usize) {
+    let value = "x".repeat(bytes);
+    let documents: Vec<String> = (0..count)
+        .map(|i| {
+            format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: {prefix}-{i}\nstringData:\n  blob: {value}\n")
+        })
+        .collect();
+    let out = kubectl_with_stdin(&["create", "-n", ns, "-f", "-"], Some(&documents.join("---\n")));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_tenants_bulky_objects_in_another_namespace_do_not_grow_the_operators_memory() {
+    let kind = CustomKind::new("hostile-memory", "Reader");
+    kind.install();
+    let ns = Namespace::new("hostile-memory");
+    let tenant = Namespace::new("hostile-memory-tenant");
+    // ConfigMaps are looked up in every namespace (the parent's), Secrets only with a label.
+    let (rules, templates) = kind.rule_files(
+        "reader",
+        "  lookups:\n    - {id: settings, apiVersion: v1, kind: ConfigMap, name: \"{{ metadata.name }}-settings\"}\n    - {id: credentials, apiVersion: v1, kind: Secret, name: \"{{ metadata.name }}-credentials\", matchLabels: {ruleop.io/lookup: \"true\"}}\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: reader/cm.yaml.j2\n",
+        &[(
+            "reader/cm.yaml.j2",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-seen\ndata:\n  credentials: \"{{ lookups.credentials is not none }}\"\n",
+        )],
+    );
+    let operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    apply_yaml(&ns.0, &kind.object("r", "{}"));
+    wait_until(WAIT, "the parent's first child", || {
+        get(&ns.0, "configmap/r-seen", "{.data.credentials}") == "false"
+    });
+    let before = operator.rss();
+
+    // 200 ConfigMaps of 1 MiB in the tenant's namespace: over --max-object-size, never cached.
+    // (Data only: a ConfigMap holds at most 1 MiB in all.)
+    let value = "x".repeat(1_000_000);
+    for batch in 0..4 {
+        let documents: Vec<String> = (0..50)
+            .map(|i| {
+                format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bulk-{batch}-{i}\ndata:\n  blob: {value}\n"
+                )
+            })
+            .collect();
+        let out = kubectl_with_stdin(&["create", "-n", &tenant.0, "-f", "-"], Some(&documents.join("---\n")));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "the operator to skip all 200 ConfigMaps",
+        || operator.metric("ruleop_objects_too_large_total", &[("kind", "ConfigMap")]) == 200,
+    );
+    // 100 Secrets of 100 KiB (under the cap) without the lookup's label: not even watched.
+    create_bulky_secrets(&tenant.0, "bulk", 100, 100 * 1024);
+    // A labelled Secret the parent looks up arrives after them in the watch's order.
+    apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: r-credentials\n  labels: {ruleop.io/lookup: \"true\"}\nstringData: {password: p}\n",
+    );
+    wait_until(WAIT, "the parent to see its labelled Secret", || {
+        get(&ns.0, "configmap/r-seen", "{.data.credentials}") == "true"
+    });
+    let cached = operator.metric("ruleop_cached_objects", &[("rule", "reader"), ("kind", "Secret")]);
+    assert!(cached <= 1, "only the labelled Secret is cached, not {cached}");
+    let grown = operator.rss().saturating_sub(before);
+    eprintln!(
+        "RSS before {} MB, grown by {:.1} MB after 200 x 1 MiB ConfigMaps and 100 x 100 KiB Secrets elsewhere",
+        before >> 20,
+        grown as f64 / (1 << 20) as f64
+    );
+    assert!(grown < 8 << 20, "RSS grew by {grown} bytes");
+    assert!(operator.stop());
+}
