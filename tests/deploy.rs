@@ -77,7 +77,8 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ],
         ["get", "configmaps", "-n=platform"],
         ["create", "events.events.k8s.io", "-n=shop"],
-        ["patch", "configmaps", "-n=ruleop-system"],
+        ["patch", "configmaps/ruleop-status", "-n=ruleop-system"],
+        ["create", "configmaps/ruleop-status", "-n=ruleop-system"],
         ["get", "leases.coordination.k8s.io", "-n=ruleop-system"],
         ["create", "leases.coordination.k8s.io", "-n=ruleop-system"],
         ["update", "leases.coordination.k8s.io", "-n=ruleop-system"],
@@ -90,6 +91,7 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["delete", "jobs.batch", "-n=shop"],
         ["delete", "databases.myorg.io", "-n=shop"],
         ["patch", "configmaps", "-n=shop"],
+        ["patch", "configmaps/ruleop-rules", "-n=ruleop-system"],
         ["list", "pods", "--all-namespaces"],
         ["update", "databases.myorg.io", "-n=shop"],
         ["update", "leases.coordination.k8s.io", "-n=shop"],
@@ -280,4 +282,55 @@ fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
         !log.to_lowercase().contains("forbidden"),
         "a request was forbidden:\n{log}"
     );
+}
+
+/// Every string and list a tenant can set in `node` (a CRD's schema of `spec`) is bounded: the
+/// paths of those that are not.
+fn unbounded(node: &Value, path: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let has = |key: &str| node.get(key).is_some();
+    let is = |ty: &str| node.get("type").and_then(Value::as_str) == Some(ty);
+    if has("x-kubernetes-preserve-unknown-fields") {
+        found.push(format!("{path} (keeps unknown fields)"));
+    }
+    if (is("string") || has("x-kubernetes-int-or-string")) && !has("maxLength") && !has("enum") {
+        found.push(format!("{path} (string without maxLength)"));
+    }
+    if is("array") && !has("maxItems") {
+        found.push(format!("{path} (list without maxItems)"));
+    }
+    if let Some(items) = node.get("items") {
+        found.extend(unbounded(items, &format!("{path}[]")));
+    }
+    if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+        for (name, child) in properties {
+            found.extend(unbounded(child, &format!("{path}.{name}")));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_string_and_list_a_tenant_sets_in_the_shipped_crds_is_bounded() {
+    apply_deploy();
+    for crd in ["databases.myorg.io", "caches.myorg.io", "tenants.myorg.io"] {
+        let served: Value = serde_json::from_str(&kubectl_ok(&["get", "crd", crd, "-o", "json"])).expect("CRD as JSON");
+        for version in served["spec"]["versions"].as_array().expect("versions") {
+            let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+            assert!(spec.is_object(), "{crd}: no spec schema");
+            let found = unbounded(spec, "spec");
+            assert!(found.is_empty(), "{crd} {}: unbounded {found:?}", version["name"]);
+        }
+    }
+    // The API server holds tenants to them.
+    let ns = Namespace::new("deploy-bounded");
+    let long = "1".repeat(129);
+    let out = kubectl_with_stdin(
+        &["create", "-n", &ns.0, "-f", "-"],
+        Some(&format!(
+            "apiVersion: myorg.io/v1\nkind: Database\nmetadata: {{name: long}}\nspec: {{version: \"{long}\", storage: {{size: 1Gi}}}}\n"
+        )),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("spec.version"), "{stderr}");
 }
