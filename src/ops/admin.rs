@@ -4,7 +4,9 @@
 //! They are served from a thread with its own runtime, so `/healthz` still answers, and says
 //! so, when the operator's runtime is wedged. Every connection is bounded in time (request
 //! headers within [`HEADER_READ_TIMEOUT`], the whole exchange within [`CONNECTION_TIMEOUT`]),
-//! and accept errors (say, out of file descriptors) back off instead of spinning.
+//! at most [`MAX_CONNECTIONS`] are open at once (beyond that a new one is closed at once, so a
+//! flood costs neither memory nor file descriptors), and accept errors (say, out of file
+//! descriptors) back off instead of spinning.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -28,6 +30,8 @@ use crate::ops::metrics::Metrics;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection is closed after this time, whatever it is doing.
 pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; one more is closed as soon as it is accepted.
+pub const MAX_CONNECTIONS: usize = 64;
 /// Longest pause after repeated accept errors.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -57,10 +61,29 @@ pub async fn serve(addr: SocketAddr, state: Arc<AdminState>) -> std::io::Result<
                 }
             };
             let app = router(state);
+            let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+            let mut refused = 0u64;
             accept_loop(
                 || async { listener.accept().await.map(|(stream, _)| stream) },
-                |stream| {
-                    tokio::spawn(serve_connection(stream, app.clone()));
+                |stream| match open.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let app = app.clone();
+                        tokio::spawn(async move {
+                            serve_connection(stream, app).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        refused += 1;
+                        if refused.is_power_of_two() {
+                            warn!(
+                                refused,
+                                limit = MAX_CONNECTIONS,
+                                "the admin server is at its connection limit; closing new ones"
+                            );
+                        }
+                        drop(stream);
+                    }
                 },
             )
             .await;
@@ -166,6 +189,51 @@ mod tests {
         assert!(closed.is_ok(), "a silent connection is still open after 30s");
         let waited = started.elapsed();
         assert!(waited < CONNECTION_TIMEOUT + Duration::from_secs(2), "{waited:?}");
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_limit_are_closed_at_once_and_served_again_once_others_end() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = "127.0.0.1:0".parse().expect("address");
+        let bound = serve(addr, Arc::new(AdminState::default())).await.expect("bind");
+        let ask = || async move {
+            let mut client = TcpStream::connect(bound).await.expect("connect");
+            // A closed connection may refuse the write; the answer tells.
+            let _ = client.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await;
+            let mut answer = String::new();
+            let _ = client.read_to_string(&mut answer).await;
+            answer
+        };
+        let mut silent = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            silent.push(TcpStream::connect(bound).await.expect("connect"));
+        }
+        // The admin thread has accepted them all once a request past them is refused.
+        let started = std::time::Instant::now();
+        loop {
+            let answer = ask().await;
+            if answer.is_empty() {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "never refused: {answer}");
+        }
+        assert!(
+            started.elapsed() < HEADER_READ_TIMEOUT,
+            "refused at once, not after a timeout"
+        );
+        drop(silent);
+        let answer = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let answer = ask().await;
+                if !answer.is_empty() {
+                    return answer;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("served again once the silent connections closed");
+        assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     }
 
     #[tokio::test]
