@@ -45,6 +45,11 @@ fn apply_deploy() {
 #[test]
 fn apply_k_deploy_installs_everything_with_least_privilege() {
     apply_deploy();
+    // The admin port the NetworkPolicy names is the container's.
+    assert_eq!(
+        get("ruleop-system", "networkpolicy/ruleop", "{.spec.ingress[0].ports[0].port}"),
+        get("ruleop-system", "deployment/ruleop", "{.spec.template.spec.containers[0].ports[0].name}")
+    );
     for object in [
         "deployment/ruleop",
         "serviceaccount/ruleop",
@@ -54,6 +59,7 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         "role/ruleop-status",
         "role/ruleop-leader-election",
         "poddisruptionbudget/ruleop",
+        "networkpolicy/ruleop",
     ] {
         assert!(exists("ruleop-system", object), "{object} missing");
     }
