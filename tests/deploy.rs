@@ -47,8 +47,16 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
     apply_deploy();
     // The admin port the NetworkPolicy names is the container's.
     assert_eq!(
-        get("ruleop-system", "networkpolicy/ruleop", "{.spec.ingress[0].ports[0].port}"),
-        get("ruleop-system", "deployment/ruleop", "{.spec.template.spec.containers[0].ports[0].name}")
+        get(
+            "ruleop-system",
+            "networkpolicy/ruleop",
+            "{.spec.ingress[0].ports[0].port}"
+        ),
+        get(
+            "ruleop-system",
+            "deployment/ruleop",
+            "{.spec.template.spec.containers[0].ports[0].name}"
+        )
     );
     for object in [
         "deployment/ruleop",

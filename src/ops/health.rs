@@ -39,6 +39,8 @@ pub struct Health {
     next_id: AtomicU64,
     /// Rules held back until the kinds they name are served, each with why.
     waiting: Mutex<Vec<String>>,
+    /// Rules whose controller ended by itself and is not running again yet, each with why.
+    down: Mutex<BTreeMap<String, String>>,
     watches: Mutex<BTreeMap<u64, WatchState>>,
     reconciles: Mutex<BTreeMap<u64, (String, Instant)>>,
 }
@@ -51,6 +53,7 @@ impl Default for Health {
             started: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             waiting: Mutex::default(),
+            down: Mutex::default(),
             watches: Mutex::default(),
             reconciles: Mutex::default(),
         }
@@ -84,6 +87,21 @@ impl Health {
         match self.waiting.lock() {
             Ok(mut held) => *held = waiting,
             Err(poisoned) => *poisoned.into_inner() = waiting,
+        }
+    }
+
+    /// Records that the controller of `rule` ended by itself (`why`): liveness fails until
+    /// [`Health::set_controller_up`].
+    pub fn set_controller_down(&self, rule: &str, why: String) {
+        if let Ok(mut down) = self.down.lock() {
+            down.insert(rule.to_owned(), why);
+        }
+    }
+
+    /// Records that the controller of `rule` runs again.
+    pub fn set_controller_up(&self, rule: &str) {
+        if let Ok(mut down) = self.down.lock() {
+            down.remove(rule);
         }
     }
 
@@ -123,6 +141,11 @@ impl Health {
                 silent.as_secs()
             ));
         }
+        let down = self.down.lock().map_err(|_| "health state poisoned".to_owned())?;
+        if !down.is_empty() {
+            return Err(down.values().cloned().collect::<Vec<_>>().join("; "));
+        }
+        drop(down);
         let reconciles = self.reconciles.lock().map_err(|_| "health state poisoned".to_owned())?;
         if let Some((what, started)) = reconciles.values().min_by_key(|(_, started)| *started) {
             let running = now.saturating_duration_since(*started);
@@ -411,5 +434,19 @@ mod tests {
         assert!(why.contains("the reconcile of rule \"db\" ns/a has run for"), "{why}");
         drop(guard);
         assert_eq!(health.liveness_at(Instant::now()), Ok(()));
+    }
+
+    #[test]
+    fn liveness_fails_while_a_rules_controller_is_down_and_recovers_when_it_runs_again() {
+        let health = Health::default();
+        health.beat();
+        health.set_controller_down(
+            "db",
+            "the controller of rule \"db\" ended (panicked: boom); restarting in 1s".to_owned(),
+        );
+        let why = health.liveness().expect_err("a controller is down");
+        assert!(why.contains("panicked: boom"), "{why}");
+        health.set_controller_up("db");
+        assert_eq!(health.liveness(), Ok(()));
     }
 }

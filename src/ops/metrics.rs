@@ -155,6 +155,7 @@ pub struct Metrics {
     reloads: Family<ResultLabels, Counter>,
     undecodable: Family<KindLabels, Counter>,
     too_large: Family<KindLabels, Counter>,
+    controller_restarts: Family<RuleLabels, Counter>,
     drift_deferred: Family<KindLabels, Counter>,
     parents_remembered: Family<RuleLabels, Gauge>,
     leader: Gauge,
@@ -249,6 +250,12 @@ impl Default for Metrics {
             "Watched objects over --max-object-size (skipped: not cached, not reconciled), per kind",
             too_large.clone(),
         );
+        let controller_restarts = Family::default();
+        registry.register(
+            "ruleop_controller_restarts",
+            "Times a rule's controller ended by itself (a panic in a reconcile) and was started again, per rule",
+            controller_restarts.clone(),
+        );
         let drift_deferred = Family::default();
         registry.register(
             "ruleop_drift_repairs_deferred",
@@ -321,6 +328,7 @@ impl Default for Metrics {
             reloads,
             undecodable,
             too_large,
+            controller_restarts,
             drift_deferred,
             parents_remembered,
             leader,
@@ -371,6 +379,7 @@ pub fn exposition_of_every_family() -> String {
     m.action_ran(rule, "<action>", false);
     m.undecodable("<kind>");
     m.too_large("<kind>");
+    m.controller_restarted(rule);
     m.drift_repair_deferred("<kind>");
     m.parents_remembered(rule, 0);
     m.set_leader(false);
@@ -487,6 +496,13 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one restart of `rule`'s controller after it ended by itself.
+    pub fn controller_restarted(&self, rule: &str) {
+        self.controller_restarts
+            .get_or_create(&RuleLabels { rule: rule.to_owned() })
+            .inc();
+    }
+
     /// Counts one watched object of `kind` over the size cap.
     pub fn too_large(&self, kind: &str) {
         self.too_large
@@ -551,6 +567,9 @@ impl Metrics {
             controller: rule.to_owned(),
         };
         let _ = self.reconcile_errors.get_or_create(&controller);
+        let _ = self
+            .controller_restarts
+            .get_or_create(&RuleLabels { rule: rule.to_owned() });
         for outcome in [Outcome::Ok, Outcome::Conflict, Outcome::Error("")] {
             let _ = self.reconcile_total.get_or_create(&ControllerResult {
                 controller: rule.to_owned(),

@@ -278,6 +278,11 @@ impl RunningController {
         let _ = self.reconcile_all.unbounded_send(());
     }
 
+    /// The task that runs it, to learn when it ends by itself.
+    pub fn task(&mut self) -> &mut tokio::task::JoinHandle<()> {
+        &mut self.task
+    }
+
     /// Stops watching; in-flight reconciles finish first (those still waiting for a worker are
     /// dropped). What has not finished by `deadline` is aborted, so a stop always ends.
     pub async fn stop_by(mut self, deadline: tokio::time::Instant) {

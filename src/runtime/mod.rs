@@ -7,4 +7,5 @@ pub mod queue;
 pub mod reload;
 pub mod run;
 pub mod shutdown;
+pub mod supervisor;
 pub mod workers;

@@ -1,7 +1,6 @@
 //! `ruleop run`: load the rules, resolve kinds, start one controller per rule, serve the admin
 //! endpoints, and on SIGTERM/SIGINT stop gracefully (in-flight reconciles finish).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,12 +21,10 @@ use crate::ha::leader::{self, Election, Elector, Fence, Leadership};
 use crate::ha::shard::{self, Writers};
 use crate::ops::admin::{self, AdminState};
 use crate::ops::health::Health;
-use crate::runtime::controller::{self, RunningController, Shared, child_kinds};
+use crate::runtime::controller::Shared;
 use crate::runtime::reload::{DirWatcher, fingerprint};
 use crate::runtime::shutdown;
-
-/// How long a controller replaced or removed by a reload may take to finish its reconciles.
-const CONTROLLER_STOP: Duration = Duration::from_secs(30);
+use crate::runtime::supervisor::{Ended, Supervisor};
 
 /// Settings of the operator.
 #[derive(Debug, Clone)]
@@ -58,68 +55,6 @@ pub struct RunSettings {
     pub egress_deny: Vec<ipnet::IpNet>,
     /// `--max-object-size`: watched objects longer than this are not cached.
     pub max_object_bytes: usize,
-}
-
-/// The running controllers, kept in step with the current rule set.
-pub struct Supervisor {
-    shared: Arc<Shared>,
-    running: BTreeMap<String, RunningController>,
-}
-
-impl Supervisor {
-    /// A supervisor with no controllers yet.
-    pub fn new(shared: Arc<Shared>) -> Self {
-        Supervisor {
-            shared,
-            running: BTreeMap::new(),
-        }
-    }
-
-    /// Makes the running controllers match `set`: start new rules, restart rules whose kinds
-    /// changed, stop removed rules (their children stay in place), and re-reconcile every
-    /// parent of a rule whose content changed.
-    pub async fn sync(&mut self, set: &RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
-        let gone: Vec<String> = self
-            .running
-            .keys()
-            .filter(|name| set.rule(name).is_none())
-            .cloned()
-            .collect();
-        for name in gone {
-            if let Some(running) = self.running.remove(&name) {
-                info!(rule = %name, "rule removed; stopping its controller (children are left in place)");
-                running.stop_by(Instant::now() + CONTROLLER_STOP).await;
-            }
-        }
-        for rule in &set.rules {
-            let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
-            let same_kinds = self.running.get(&rule.name).is_some_and(|r| {
-                r.watched == watched && r.owned == child_kinds(rule) && r.looked_up == rule.lookup_kinds()
-            });
-            if same_kinds {
-                if let Some(running) = self.running.get_mut(&rule.name)
-                    && running.digest != rule.digest
-                {
-                    info!(rule = %rule.name, "rule changed; re-reconciling every parent");
-                    running.digest = rule.digest.clone();
-                    running.reconcile_all();
-                }
-                continue;
-            }
-            if let Some(old) = self.running.remove(&rule.name) {
-                old.stop_by(Instant::now() + CONTROLLER_STOP).await;
-            }
-            let started = controller::start(self.shared.clone(), rule, kinds)
-                .with_context(|| format!("starting the controller of rule {:?}", rule.name))?;
-            self.running.insert(rule.name.clone(), started);
-        }
-        Ok(())
-    }
-
-    /// Stops every controller at once, letting in-flight reconciles finish until `deadline`.
-    pub async fn shutdown_by(self, deadline: Instant) {
-        futures::future::join_all(self.running.into_values().map(|running| running.stop_by(deadline))).await;
-    }
 }
 
 /// The ranges `http` actions never reach through a name: the flag's, plus every address of the
@@ -281,6 +216,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let mut lost = false;
     loop {
         let retry_at = reloader.retry.map(|(at, _)| at);
+        let restart_at = reloader.supervisor.next_restart();
         tokio::select! {
             () = &mut shutdown => break,
             () = lease_lost(&mut leadership) => {
@@ -289,6 +225,8 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
             }
             () = watcher.changed(settings.reload_debounce, settings.reload_interval) => reloader.reload().await,
             () = sleep_until(retry_at) => reloader.reload().await,
+            ended = reloader.supervisor.next_ended() => reloader.report_ended(&ended),
+            () = sleep_until(restart_at) => reloader.supervisor.restart_due(),
         }
     }
     info!(timeout = ?settings.shutdown_timeout, "shutting down: letting in-flight reconciles finish");
@@ -340,6 +278,39 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// Serialised reloads: one at a time, each building a complete new rule set.
+impl Reloader {
+    /// A Warning Event `ControllerRestarted` on the `ruleop-status` ConfigMap, where the state
+    /// of the rules is reported.
+    fn report_ended(&self, ended: &Ended) {
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("ConfigMap".to_owned()),
+            name: Some(STATUS_CONFIGMAP.to_owned()),
+            namespace: Some(self.settings.status_namespace.clone()),
+            ..Default::default()
+        };
+        let event = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: "ControllerRestarted".to_owned(),
+            note: Some(format!(
+                "the controller of rule {:?} ended ({}); it starts again in {:?} (restart {} in a row)",
+                ended.rule,
+                ended.why,
+                ended.restart_at.saturating_duration_since(Instant::now()),
+                ended.attempt
+            )),
+            action: "Restart".to_owned(),
+            secondary: None,
+        };
+        let recorder = self.shared.recorder.clone();
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                warn!(error = %e, "publishing an Event failed");
+            }
+        });
+    }
+}
+
 struct Reloader {
     settings: RunSettings,
     shared: Arc<Shared>,
