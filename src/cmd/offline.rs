@@ -346,6 +346,12 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
     for note in notes {
         out.push_str(&format!("# note: {note}\n"));
     }
+    if plan.paused {
+        out.push_str(&format!(
+            "# paused ({}: \"true\"): nothing would be written but the Paused condition; actions are held\n",
+            crate::engine::plan::pause::ANNOTATION_PAUSED
+        ));
+    }
     if !plan.lookups.is_empty() {
         out.push_str(&format!("# === lookups ({}) ===\n", plan.lookups.len()));
         for read in &plan.lookups {

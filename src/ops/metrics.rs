@@ -156,6 +156,7 @@ pub struct Metrics {
     undecodable: Family<KindLabels, Counter>,
     too_large: Family<KindLabels, Counter>,
     controller_restarts: Family<RuleLabels, Counter>,
+    paused: Family<RuleLabels, Counter>,
     drift_deferred: Family<KindLabels, Counter>,
     parents_remembered: Family<RuleLabels, Gauge>,
     leader: Gauge,
@@ -256,6 +257,12 @@ impl Default for Metrics {
             "Times a rule's controller ended by itself (a panic in a reconcile) and was started again, per rule",
             controller_restarts.clone(),
         );
+        let paused = Family::default();
+        registry.register(
+            "ruleop_paused_reconciles",
+            "Reconciles of parents paused by the ruleop.io/paused annotation (nothing written but the Paused condition), per rule",
+            paused.clone(),
+        );
         let drift_deferred = Family::default();
         registry.register(
             "ruleop_drift_repairs_deferred",
@@ -289,7 +296,7 @@ impl Default for Metrics {
         let triggers = Family::default();
         registry.register(
             "ruleop_reconcile_triggers",
-            "Reconciles started per rule and trigger: parent_event, child_event, lookup_event, reload, resync, retry, requeue",
+            "Reconciles started per rule and trigger: parent_event, requested, child_event, lookup_event, reload, shard_taken, resync, retry, requeue (or unknown)",
             triggers.clone(),
         );
         let shards_held = Gauge::default();
@@ -329,6 +336,7 @@ impl Default for Metrics {
             undecodable,
             too_large,
             controller_restarts,
+            paused,
             drift_deferred,
             parents_remembered,
             leader,
@@ -380,6 +388,7 @@ pub fn exposition_of_every_family() -> String {
     m.undecodable("<kind>");
     m.too_large("<kind>");
     m.controller_restarted(rule);
+    m.paused(rule);
     m.drift_repair_deferred("<kind>");
     m.parents_remembered(rule, 0);
     m.set_leader(false);
@@ -496,6 +505,11 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one reconcile of a paused parent of `rule`.
+    pub fn paused(&self, rule: &str) {
+        self.paused.get_or_create(&RuleLabels { rule: rule.to_owned() }).inc();
+    }
+
     /// Counts one restart of `rule`'s controller after it ended by itself.
     pub fn controller_restarted(&self, rule: &str) {
         self.controller_restarts
@@ -570,6 +584,7 @@ impl Metrics {
         let _ = self
             .controller_restarts
             .get_or_create(&RuleLabels { rule: rule.to_owned() });
+        let _ = self.paused.get_or_create(&RuleLabels { rule: rule.to_owned() });
         for outcome in [Outcome::Ok, Outcome::Conflict, Outcome::Error("")] {
             let _ = self.reconcile_total.get_or_create(&ControllerResult {
                 controller: rule.to_owned(),

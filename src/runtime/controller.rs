@@ -324,11 +324,19 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let (gone, queued) = (triggers.clone(), triggers.clone());
     let bodies = Arc::new(ParentIndex::default());
     let index = bodies.clone();
+    let (requested, previous, resource) = (triggers.clone(), parent_store.clone(), parent_kind.resource.clone());
     let parents = shared
         .watch_parents(rule, &parent_kind, config)
         // The store keeps metadata; the parents themselves are kept as text.
         .map(move |event| {
             event.map(|mut event| {
+                // Before the store has it: the version it replaces is still there.
+                if let watcher::Event::Apply(parent) = &event {
+                    let before = previous.get(&ObjectRef::from_obj_with(parent, resource.clone()));
+                    if queue::reconcile_requested(before.as_deref(), parent) {
+                        requested.event(parent_key(parent), Trigger::Requested);
+                    }
+                }
                 index.take(&mut event);
                 event
             })
@@ -661,6 +669,9 @@ async fn reconcile_parent(
             return Err(e.into());
         }
     };
+    if plan.paused {
+        ctx.shared.admin.metrics.paused(&rule.name);
+    }
     for problem in &plan.status_problems {
         warn!(parent = %handle.name, problem = %bounded(problem, MESSAGE_LIMIT), "status expression failed");
     }

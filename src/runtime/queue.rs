@@ -17,6 +17,8 @@ pub enum Trigger {
     ChildEvent,
     /// An object its last plan looked up changed.
     LookupEvent,
+    /// Someone asked for it: a new value of the `ruleop.io/reconcile-requested-at` annotation.
+    Requested,
     /// The rule set was reloaded with a change to this rule.
     Reload,
     /// This replica took the parent's shard (`--shards`).
@@ -38,6 +40,7 @@ impl Trigger {
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::ParentEvent => "parent_event",
+            Trigger::Requested => "requested",
             Trigger::ChildEvent => "child_event",
             Trigger::LookupEvent => "lookup_event",
             Trigger::Reload => "reload",
@@ -64,6 +67,25 @@ impl Pending {
     fn queued(&self, now: Instant) -> bool {
         self.event.is_some() || self.scheduled.is_some_and(|(_, due)| due <= now)
     }
+}
+
+/// Set to any new value (a time, say) to have a parent reconciled at once, whatever its
+/// backoff or resync; counted as trigger `requested`.
+pub const ANNOTATION_RECONCILE_REQUESTED: &str = "ruleop.io/reconcile-requested-at";
+
+/// Whether `now` (a new version of a parent) asks for a reconcile: its
+/// [`ANNOTATION_RECONCILE_REQUESTED`] is set and differs from `before`'s. A parent seen for the
+/// first time is reconciled anyway.
+pub fn reconcile_requested(before: Option<&kube::api::DynamicObject>, now: &kube::api::DynamicObject) -> bool {
+    let value = |object: &kube::api::DynamicObject| {
+        object
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_RECONCILE_REQUESTED))
+            .cloned()
+    };
+    before.is_some_and(|before| value(now).is_some_and(|v| !v.is_empty()) && value(before) != value(now))
 }
 
 /// The pending triggers of one rule's parents, by `namespace/name`.
@@ -181,6 +203,35 @@ mod tests {
         triggers.forget("ns/a");
         assert_eq!(triggers.depth(), 0, "a deleted parent leaves the queue");
         assert_eq!(triggers.started("ns/c"), Trigger::Unknown);
+    }
+
+    #[test]
+    fn a_new_value_of_the_request_annotation_asks_for_a_reconcile() {
+        let with = |value: Option<&str>| {
+            let mut object = kube::api::DynamicObject::new(
+                "a",
+                &kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            );
+            if let Some(value) = value {
+                object.metadata.annotations =
+                    Some([(ANNOTATION_RECONCILE_REQUESTED.to_owned(), value.to_owned())].into());
+            }
+            object
+        };
+        assert!(reconcile_requested(
+            Some(&with(None)),
+            &with(Some("2026-12-02T10:00:00Z"))
+        ));
+        assert!(reconcile_requested(Some(&with(Some("1"))), &with(Some("2"))));
+        assert!(
+            !reconcile_requested(Some(&with(Some("1"))), &with(Some("1"))),
+            "the same value again"
+        );
+        assert!(!reconcile_requested(Some(&with(Some("1"))), &with(None)), "removed");
+        assert!(
+            !reconcile_requested(None, &with(Some("1"))),
+            "a new parent is reconciled anyway"
+        );
     }
 
     #[test]

@@ -230,6 +230,7 @@ fn empty(
         status_patch: None,
         status,
         status_problems: Vec::new(),
+        paused: false,
     }
 }
 

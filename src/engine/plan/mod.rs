@@ -16,6 +16,7 @@ pub mod names;
 pub mod observed;
 pub mod order;
 pub mod ownership;
+pub mod pause;
 pub mod scope;
 pub mod status;
 pub mod status_eval;
@@ -166,6 +167,9 @@ pub struct Plan {
     /// children are planned regardless.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub status_problems: Vec<String>,
+    /// The parent is paused (`ruleop.io/paused: "true"`): nothing is written but `Paused`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 /// The status fields and conditions a plan wants, independent of the status it was planned on.
@@ -224,6 +228,9 @@ pub fn plan_with(
     now: &str,
 ) -> Result<Plan, PlanError> {
     let parent_ref = ParentRef::read(parent)?;
+    if pause::is_paused(parent) {
+        return Ok(pause::plan(parent, now));
+    }
     // Labels are only a claim: every reader below sees only what is proven to be this parent's.
     let ours: Vec<&Value> = ownership::owned(rule, &parent_ref, observed);
     let grouped = Observed::group(rule, &ours);
@@ -374,6 +381,7 @@ pub fn plan_with(
             desired.len(),
         ));
     }
+    wanted_conditions.extend(pause::resumed(parent));
     let status = DesiredStatus {
         generation: parent_ref.generation,
         fields: managed,
@@ -391,6 +399,7 @@ pub fn plan_with(
         status_patch,
         status,
         status_problems: evaluated.problems,
+        paused: false,
     })
 }
 
