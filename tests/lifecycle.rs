@@ -1,6 +1,7 @@
 //! The parent's lifecycle against the real control plane: the final backup on deletion (waited
 //! for, or given up after its timeout), the confused-deputy guard, cluster-scoped children
-//! cleaned up through the finalizer, and SIGKILL in the middle of that cleanup.
+//! cleaned up through the finalizer, SIGKILL in the middle of that cleanup, and pausing and
+//! requesting a reconcile with annotations.
 
 mod support;
 
@@ -70,6 +71,65 @@ fn a_deleted_database_waits_for_its_final_backup_then_goes() {
     let took = wait_until(WAIT, "the Database to be gone", || !exists(&ns.0, "database/orders"));
     eprintln!("Job succeeded -> Database gone: {took:?}");
     assert_eq!(final_backup_jobs(&ns.0), jobs, "still one final backup, kept");
+}
+
+#[test]
+fn a_paused_database_is_left_alone_until_resumed_and_a_request_reconciles_it_at_once() {
+    install_crds();
+    let ns = Namespace::new("lc-paused");
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "the StatefulSet", || {
+        get(&ns.0, "statefulset/orders", "{.spec.replicas}") == "1"
+    });
+    kubectl_ok(&["annotate", "-n", &ns.0, "database/orders", "ruleop.io/paused=true"]);
+    let paused = || {
+        get(
+            &ns.0,
+            "database/orders",
+            "{.status.conditions[?(@.type==\"Paused\")].status}",
+        )
+    };
+    wait_until(WAIT, "Paused=True", || paused() == "True");
+    // While paused: a spec change and a deleted child are left as they are.
+    let seen = operator.metric("ruleop_paused_reconciles_total", &[("rule", "database")]);
+    apply_yaml(&ns.0, &database("orders", 2, ""));
+    kubectl_ok(&["delete", "-n", &ns.0, "service/orders-svc", "--wait=false"]);
+    wait_until(WAIT, "a reconcile of the paused parent after each change", || {
+        operator.metric("ruleop_paused_reconciles_total", &[("rule", "database")]) >= seen + 2
+    });
+    assert_eq!(
+        get(&ns.0, "statefulset/orders", "{.spec.replicas}"),
+        "1",
+        "not updated while paused"
+    );
+    assert!(!exists(&ns.0, "service/orders-svc"), "not recreated while paused");
+    assert_eq!(get(&ns.0, "database/orders", "{.status.observedGeneration}"), "1");
+
+    // Resumed: reconciled as usual, and it says so.
+    kubectl_ok(&["annotate", "-n", &ns.0, "database/orders", "ruleop.io/paused-"]);
+    wait_until(WAIT, "the spec change applied after the pause", || {
+        get(&ns.0, "statefulset/orders", "{.spec.replicas}") == "2" && exists(&ns.0, "service/orders-svc")
+    });
+    wait_until(WAIT, "Paused=False", || paused() == "False");
+
+    // A request: one reconcile at once, counted as such.
+    let requested = || {
+        operator.metric(
+            "ruleop_reconcile_triggers_total",
+            &[("rule", "database"), ("trigger", "requested")],
+        )
+    };
+    assert_eq!(requested(), 0);
+    kubectl_ok(&[
+        "annotate",
+        "-n",
+        &ns.0,
+        "database/orders",
+        "ruleop.io/reconcile-requested-at=2026-12-02T10:00:00Z",
+    ]);
+    wait_until(Duration::from_secs(10), "the requested reconcile", || requested() == 1);
+    assert!(operator.stop());
 }
 
 #[test]
