@@ -197,7 +197,7 @@ EOF
 import_images() {
   local images="$root/target/node-images" archive
   "$here/images.sh" "$images"
-  for archive in "$images/pause.tar" "$images/postgres.tar" "$root/target/ruleop-image.tar"; do
+  for archive in "$images/pause.tar" "$images"/postgres-*.tar "$root/target/ruleop-image.tar"; do
     [[ -f "$archive" ]] || { echo "node.sh: no $archive (make image), skipped" >&2; continue; }
     ctr --address "$sock" -n k8s.io images import "$archive" >/dev/null \
       || die "ctr import $archive failed"
