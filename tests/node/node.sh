@@ -210,7 +210,10 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 serializeImagePulls: false
 resolvConf: /etc/resolv.conf
-# CoreDNS on the host, bound to the bridge address (see start_dns).
+# No iptables chains of the kubelet's own (KUBE-FIREWALL, canaries): kube-proxy makes what the
+# node needs, and its --cleanup removes it.
+makeIPTablesUtilChains: false
+# CoreDNS on the host, bound to the bridge address (node.sh starts it).
 clusterDNS: [$bridge_ip]
 clusterDomain: $cluster_domain
 EOF
@@ -379,9 +382,29 @@ remove_routing() {
         || echo "node.sh: kube-proxy --cleanup failed (log: $state/node-logs/kube-proxy-cleanup.log)" >&2
     fi
     remove_refusal
+    remove_kubelet_chains
   fi
   ip route del blackhole "$service_cidr" 2>/dev/null || true
   if command -v iptables >/dev/null; then remove_guard; fi
+}
+
+# remove_kubelet_chains: what a kubelet that manages iptables leaves in both families (KUBE-FIREWALL,
+# KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT); this one is told not to (makeIPTablesUtilChains), so
+# this is for an earlier node's.
+remove_kubelet_chains() {
+  local cmd table hook
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for hook in INPUT OUTPUT; do
+      while "$cmd" -w -D "$hook" -j KUBE-FIREWALL 2>/dev/null; do :; done
+    done
+    "$cmd" -w -F KUBE-FIREWALL 2>/dev/null || true
+    "$cmd" -w -X KUBE-FIREWALL 2>/dev/null || true
+    for table in filter nat mangle; do
+      "$cmd" -w -t "$table" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+    done
+    "$cmd" -w -t mangle -X KUBE-IPTABLES-HINT 2>/dev/null || true
+  done
 }
 
 remove_refusal() {
