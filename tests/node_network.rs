@@ -112,6 +112,17 @@ fn a_pod_reaches_a_service_by_its_dns_name_and_its_cluster_ip_and_postgres_there
         "{resolv}"
     );
 
+    // In the server, psql finds the socket where this build looks (/tmp) and where the official
+    // image has it.
+    for socket in ["/tmp", "/var/run/postgresql"] {
+        let out = exec(
+            &ns,
+            "server",
+            &["psql", "-h", socket, "-U", "postgres", "-Atc", "select 1"],
+        );
+        assert_eq!(text(&out.stdout), "1", "psql over {socket}: {}", text(&out.stderr));
+    }
+
     // Both images hold what their tags say.
     let server = text(&exec(&ns, "server", &["postgres", "--version"]).stdout);
     assert_eq!(server, "postgres (PostgreSQL) 16.15");

@@ -194,7 +194,10 @@ if [ "$#" -eq 0 ] || [ "$1" = postgres ]; then
     rm -f "$pwfile"
     echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
   fi
-  exec postgres -D "$PGDATA" -c listen_addresses='*' -c jit=off "$@"
+  # This build's default socket directory is /tmp (its psql and pg_isready look there); the
+  # official image's is /var/run/postgresql: serve both.
+  exec postgres -D "$PGDATA" -c listen_addresses='*' -c jit=off \
+    -c unix_socket_directories=/var/run/postgresql,/tmp "$@"
 fi
 exec "$@"
 EOF
