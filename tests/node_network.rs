@@ -167,7 +167,7 @@ fn a_service_without_endpoints_is_refused_on_this_machine_at_once() {
 }
 
 #[test]
-fn the_service_cidr_is_blackholed_on_the_host_and_pods_have_no_default_route() {
+fn the_service_cidr_is_blackholed_and_guarded_on_the_host_and_pods_have_no_default_route() {
     let ns = setup("net-route");
     let out = std::process::Command::new("ip")
         .args(["route", "show", "type", "blackhole", SERVICE_CIDR])
@@ -178,6 +178,43 @@ fn the_service_cidr_is_blackholed_on_the_host_and_pods_have_no_default_route() {
         text(&out.stdout),
         format!("blackhole {SERVICE_CIDR}"),
         "the host's route for the Service CIDR"
+    );
+
+    // Forwarding is on for what comes in on the bridge only, and the guard drops whatever would
+    // leave the bridge for another interface.
+    let forwarding = |key: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{key}"))
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(forwarding("ip_forward"), "0", "the host's ip_forward is left alone");
+    assert_eq!(forwarding("conf/ruleop0/forwarding"), "1");
+    let guard = std::process::Command::new("iptables")
+        .args(["-w", "-t", "mangle", "-S", "FORWARD"])
+        .output()
+        .expect("iptables");
+    assert!(
+        text(&guard.stdout)
+            .lines()
+            .next()
+            .is_some_and(|first| first == "-P FORWARD ACCEPT"),
+        "{}",
+        text(&guard.stdout)
+    );
+    assert_eq!(
+        text(&guard.stdout).lines().nth(1),
+        Some("-A FORWARD -j RULEOP-NODE-GUARD"),
+        "the guard is the first rule of mangle FORWARD"
+    );
+    let chain = std::process::Command::new("iptables")
+        .args(["-w", "-t", "mangle", "-S", "RULEOP-NODE-GUARD"])
+        .output()
+        .expect("iptables");
+    assert!(
+        text(&chain.stdout).contains("-A RULEOP-NODE-GUARD -i ruleop0 ! -o ruleop0 -j DROP"),
+        "{}",
+        text(&chain.stdout)
     );
 
     // /proc/net/route in each pod: destination, gateway and mask in little-endian hex.

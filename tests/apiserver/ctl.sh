@@ -142,11 +142,14 @@ terminate() {
 }
 
 cmd_stop() {
+  # A node that fails to stop cleanly still lets the control plane stop; stop then fails.
+  local node_rc=0
   if [[ -d "$state/node" ]]; then
-    "$node" stop "$state"
+    "$node" stop "$state" || node_rc=$?
   fi
   terminate
   rm -rf "$datadir" "$kubeconfig" "$argsfile"
+  ((node_rc == 0)) || die "the node did not stop cleanly (node.sh stop exited $node_rc); run '$0 stop' again"
 }
 
 cmd_restart() {

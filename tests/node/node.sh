@@ -453,7 +453,9 @@ kill_cgroup() {
   local top="/sys/fs/cgroup/pids/$cgroup${1:+/$1}" pids
   [[ -d "$top" ]] || return 0
   for _ in $(seq 1 50); do
-    pids="$(find "$top" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)"
+    # A pod's cgroup may vanish while find walks the tree (the kubelet removing a deleted pod's):
+    # find then fails, and with pipefail and set -e that ended stop half-way, silently.
+    pids="$({ find "$top" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | sort -u)"
     [[ -n "$pids" ]] || return 0
     # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null || true
