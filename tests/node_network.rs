@@ -2,8 +2,9 @@
 //! Service by its DNS name and by its ClusterIP through the node's kube-proxy and CoreDNS, a
 //! Service with no endpoints is refused at once on this machine, the Service CIDR is blackholed
 //! on the host and pods have no default route. The server and the clients are the node's
-//! PostgreSQL 16 images (tests/node/images.sh), which must say 16 inside. Driven by kubectl; every
-//! packet goes to pods on the node's bridge or to the host.
+//! PostgreSQL 16 images (tests/node/images.sh), which must say 16 inside; a data directory of
+//! the older minor image is served by the newer. Driven by kubectl; every packet goes to pods on
+//! the node's bridge or to the host.
 
 mod support;
 
@@ -248,4 +249,50 @@ fn the_service_cidr_is_blackholed_and_guarded_on_the_host_and_pods_have_no_defau
         expected.sort();
         assert_eq!(entries, expected, "{pod}'s routes:\n{routes}");
     }
+}
+
+/// A pod of `image` running the entrypoint on the claim `data` (PGDATA below its mount, as the
+/// Database's StatefulSet has it).
+fn postgres_on_claim(ns: &Namespace, pod: &str, image: &str) {
+    support::apply_yaml(
+        &ns.0,
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}}}\n\
+             spec:\n  containers:\n    - name: postgres\n      image: \"{image}\"\n      imagePullPolicy: Never\n\
+             \x20     env: [{{name: POSTGRES_PASSWORD, value: {PASSWORD}}}, {{name: PGDATA, value: /var/lib/postgresql/data/pgdata}}]\n\
+             \x20     volumeMounts: [{{name: data, mountPath: /var/lib/postgresql/data}}]\n\
+             \x20 volumes: [{{name: data, persistentVolumeClaim: {{claimName: data}}}}]\n"
+        ),
+    );
+}
+
+/// `psql -Atc SQL` in `pod` over its Unix socket, once it answers.
+fn psql_when_up(ns: &Namespace, pod: &str, sql: &str) -> String {
+    let mut answer = String::new();
+    wait_until(POD_READY, &format!("postgres in {pod} answering {sql:?}"), || {
+        let out = exec(ns, pod, &["psql", "-U", "postgres", "-Atc", sql]);
+        answer = text(&out.stdout);
+        out.status.success()
+    });
+    answer
+}
+
+#[test]
+fn a_data_directory_that_postgres_16_13_made_is_served_by_16_15() {
+    support::node_control_plane();
+    let ns = Namespace::new("net-minor");
+    support::apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\n\
+         spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n",
+    );
+    postgres_on_claim(&ns, "old", "postgres:16.13");
+    psql_when_up(&ns, "old", "create table t as select generate_series(1, 1000) as i");
+    assert_eq!(psql_when_up(&ns, "old", "select count(*) from t"), "1000");
+    assert!(psql_when_up(&ns, "old", "select version()").starts_with("PostgreSQL 16.13 "));
+    support::kubectl_ok(&["delete", "pod", "-n", &ns.0, "old", "--wait=true"]);
+
+    postgres_on_claim(&ns, "new", "postgres:16.15");
+    assert!(psql_when_up(&ns, "new", "select version()").starts_with("PostgreSQL 16.15 "));
+    assert_eq!(psql_when_up(&ns, "new", "select count(*) from t"), "1000");
 }
