@@ -123,9 +123,14 @@ postgres_base() {
   local seeds=(libc6 zlib1g libzstd1 liblz4-1 libxml2 libxslt1.1 libssl3 libgssapi-krb5-2
     libreadline8 libossp-uuid16)
   local libs
-  mapfile -t libs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
-      --no-breaks --no-replaces --no-enhances "${packages[@]}" "${seeds[@]}" 2>/dev/null \
-    | grep -E '^lib|^zlib' | grep -vE '^lib(llvm|perl|z3)' | sort -u)
+  dependencies() {
+    mapfile -t libs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+        --no-breaks --no-replaces --no-enhances "${packages[@]}" "${seeds[@]}" 2>/dev/null \
+      | grep -E '^lib|^zlib' | grep -vE '^lib(llvm|perl|z3)' | sort -u)
+  }
+  dependencies
+  # No package lists yet (a fresh machine): apt-cache knows nothing until apt-get update.
+  ((${#libs[@]})) || { apt-get update >/dev/null && dependencies; }
   download() {
     # apt-get download fetches each name again; keep what an earlier run fetched.
     local want=() name
