@@ -9,6 +9,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client metrics, as the real binaries register them
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
@@ -21,6 +22,7 @@ var components = map[string]func() *cobra.Command{
 	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
 	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
+	"kube-proxy":              proxy.NewProxyCommand,
 }
 
 // runComponent runs the component named by os.Args[1] and exits, or returns

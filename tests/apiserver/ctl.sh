@@ -2,9 +2,13 @@
 # Builds, starts and stops the test control plane (etcd + kube-apiserver +
 # garbage-collector and namespace controllers in one process, see main.go),
 # and with --node a node beside it (tests/node/node.sh: containerd, kubelet,
-# kube-scheduler, kube-controller-manager's workload controllers).
+# kube-scheduler, kube-controller-manager's workload controllers, kube-proxy,
+# CoreDNS).
 #
-#   ctl.sh build             build bin/apiserver (also the node's components)
+#   ctl.sh build             build bin/apiserver (also the node's components:
+#                            kubelet, kube-proxy, scheduler, controller-manager)
+#                            and bin/coredns (the node's cluster DNS, its own
+#                            module: tests/node/coredns)
 #   ctl.sh start [ARGS...]   start a fresh one in the background, wait for READY
 #                            and print `export KUBECONFIG=...`; ARGS go to the binary
 #   ctl.sh start --node [ARGS...]
@@ -61,6 +65,9 @@ cmd_build() {
     -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
     -X k8s.io/component-base/version.gitTreeState=clean" .)
   echo "built $bin in $((SECONDS - start))s" >&2
+  start=$SECONDS
+  (cd "$here/../node/coredns" && go build -o "$here/bin/coredns" .)
+  echo "built $here/bin/coredns in $((SECONDS - start))s" >&2
 }
 
 cmd_start() {
@@ -135,11 +142,14 @@ terminate() {
 }
 
 cmd_stop() {
+  # A node that fails to stop cleanly still lets the control plane stop; stop then fails.
+  local node_rc=0
   if [[ -d "$state/node" ]]; then
-    "$node" stop "$state"
+    "$node" stop "$state" || node_rc=$?
   fi
   terminate
   rm -rf "$datadir" "$kubeconfig" "$argsfile"
+  ((node_rc == 0)) || die "the node did not stop cleanly (node.sh stop exited $node_rc); run '$0 stop' again"
 }
 
 cmd_restart() {

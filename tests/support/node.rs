@@ -31,7 +31,10 @@ pub(super) fn control_plane() -> ControlPlane {
         };
     }
     let ctl = root().join("tests/apiserver/ctl.sh");
-    if !root().join("tests/apiserver/bin/apiserver").exists() {
+    if ["apiserver", "coredns"]
+        .iter()
+        .any(|bin| !root().join("tests/apiserver/bin").join(bin).exists())
+    {
         let status = Command::new(&ctl).arg("build").status().expect("ctl.sh build");
         assert!(status.success(), "building the control plane failed");
     }
