@@ -1,11 +1,14 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test bench check schema reference control-plane deploy-config rbac image fuzz
+.PHONY: demo test unit bench check schema reference control-plane deploy-config rbac image fuzz
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
 
 test:            ## fmt, clippy, unit + snapshot + integration tests against the real control plane
 	scripts/test-all.sh
+
+unit:            ## the tests that need no control plane (lib, fixtures, CLI, RuleTest, ...): the fast loop
+	scripts/unit.sh
 
 check:           ## validate the shipped rules
 	cargo run --quiet -- check --rules rules --templates templates
