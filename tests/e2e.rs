@@ -189,24 +189,38 @@ fn an_invalid_rule_edit_keeps_the_last_good_rules_running_and_says_rejected_with
 }
 
 #[test]
-fn the_backup_jobs_pod_runs_to_completion_and_the_job_succeeds() {
+fn the_backup_job_dumps_the_database_onto_its_backups_volume_with_the_statefulsets_credentials() {
     let _ruleop = node::ruleop();
     let ns = Namespace::new("e2e-backup");
-    // No replicas: only the backup action runs (once for generation 1).
-    create_database(&ns.0, "nightly", 0, true);
+    let start = Instant::now();
+    // One replica and backups on: the backup action runs once for generation 1, against the
+    // server through its Service, with the password of the Secret the StatefulSet uses.
+    create_database(&ns.0, "nightly", 1, true);
     let job = || get(&ns.0, "jobs", "{.items[0].metadata.name}");
     wait_until(Duration::from_secs(60), "the backup Job", || !job().is_empty());
     let job = format!("job/{}", job());
     wait_until(POD_READY, "the backup Job complete", || {
         condition(&ns.0, &job, "Complete") == "True"
     });
+    eprintln!("Database created -> backup Job complete in {} ms", ms(start));
     assert_eq!(get(&ns.0, &job, "{.status.succeeded}"), "1");
-    let pod_phases = get(&ns.0, "pods", "{.items[*].status.phase}");
-    assert_eq!(pod_phases, "Succeeded", "one pod, run to completion");
+    let key = get(&ns.0, "database/nightly", "{.status.actions.backup.key}");
     let log = kubectl_ok(&["logs", "-n", &ns.0, &job]);
-    assert!(
-        log.contains("pg_dump (PostgreSQL)"),
-        "the postgres image's pg_dump ran: {log}"
+    let file = format!("/backups/nightly-{key}.pgc");
+    let line = log
+        .lines()
+        .find(|l| l.starts_with(&format!("backup {file} ")))
+        .unwrap_or_else(|| panic!("the dump's file and size in the log: {log}"));
+    let bytes: u64 = line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a size in {line:?}"));
+    assert!(bytes > 1000, "a real pg_dump archive, not an empty file: {line}");
+    assert_eq!(
+        get(&ns.0, "pvc/nightly-backups", "{.status.phase}"),
+        "Bound",
+        "the dump is on the Database's backups volume"
     );
     assert_eq!(condition(&ns.0, "database/nightly", "BackupInitiated"), "True");
 }
