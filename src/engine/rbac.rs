@@ -120,20 +120,14 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::engine::rules::load::load;
+    use crate::engine::rules::load::one_rule;
 
     #[test]
     fn looked_up_kinds_are_granted_read_verbs_only() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (rules, templates) = (dir.path().join("rules"), dir.path().join("templates"));
-        std::fs::create_dir_all(&rules).expect("mkdir");
-        std::fs::create_dir_all(&templates).expect("mkdir");
-        std::fs::write(
-            rules.join("app.yaml"),
+        let set = one_rule(
+            "app",
             "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: app}\nspec:\n  watch: {apiVersion: example.com/v1, kind: App}\n  lookups:\n    - {id: defaults, apiVersion: v1, kind: ConfigMap, name: platform-defaults, namespace: platform}\n    - {id: token, apiVersion: v1, kind: Secret, name: \"{{ metadata.name }}-token\"}\n",
-        )
-        .expect("write rule");
-        let set = load(&rules, &templates).expect("valid rules");
+        );
         let crds = BTreeMap::from([(("example.com".to_owned(), "App".to_owned()), "apps".to_owned())]);
         let role = cluster_role(&set, &crds).expect("role");
         let read_only = role["rules"]

@@ -177,20 +177,14 @@ mod tests {
 
     use super::*;
     use crate::engine::plan::context;
-    use crate::engine::rules::load::load;
+    use crate::engine::rules::load::one_rule;
 
     /// The keys of a rule with a templated and a constant lookup namespace, for `spec.from`.
     fn keys_for(from: &str) -> Result<Vec<(String, Option<LookupKey>)>, PlanError> {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (rules, templates) = (dir.path().join("rules"), dir.path().join("templates"));
-        std::fs::create_dir_all(&rules).expect("mkdir");
-        std::fs::create_dir_all(&templates).expect("mkdir");
-        std::fs::write(
-            rules.join("copy.yaml"),
+        let set = one_rule(
+            "copy",
             "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: copy}\nspec:\n  watch: {apiVersion: example.com/v1, kind: Copy}\n  allowedNamespaces: [shared]\n  lookups:\n    - {id: source, apiVersion: v1, kind: ConfigMap, name: source, namespace: \"{{ spec.from }}\"}\n    - {id: defaults, apiVersion: v1, kind: ConfigMap, name: defaults, namespace: platform}\n",
-        )
-        .expect("write rule");
-        let set = load(&rules, &templates).expect("valid rules");
+        );
         let parent = json!({"apiVersion": "example.com/v1", "kind": "Copy",
             "metadata": {"name": "c", "namespace": "team-a", "uid": "u1"}, "spec": {"from": from}});
         let parent_ref = ParentRef::read(&parent).expect("parent");

@@ -41,6 +41,18 @@ pub fn load(rules_dir: &Path, templates_dir: &Path) -> Result<RuleSet, Diagnosti
 /// One file already read: `(name relative to its directory, path, text)`.
 pub type SourceFile = (String, PathBuf, String);
 
+/// The rule set of one rule file `rules/<name>.yaml` with no templates (tests of what a rule
+/// alone means).
+#[cfg(test)]
+pub fn one_rule(name: &str, text: &str) -> RuleSet {
+    let file = (
+        format!("{name}.yaml"),
+        PathBuf::from(format!("rules/{name}.yaml")),
+        text.to_owned(),
+    );
+    load_sources(&[], &[file]).expect("a valid rule")
+}
+
 /// Loads and validates rules and templates already read into memory, a pure function of the
 /// texts (what `load` does after reading the directories; the fuzz target calls it directly).
 pub fn load_sources(templates: &[SourceFile], rule_files: &[SourceFile]) -> Result<RuleSet, Diagnostics> {

@@ -169,18 +169,10 @@ mod tests {
     use super::*;
 
     fn rule_with_lookups(lookups: &str) -> Rule {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (rules, templates) = (dir.path().join("rules"), dir.path().join("templates"));
-        std::fs::create_dir_all(&rules).expect("mkdir");
-        std::fs::create_dir_all(&templates).expect("mkdir");
-        std::fs::write(
-            rules.join("r.yaml"),
-            format!(
-                "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  watch: {{apiVersion: example.com/v1, kind: R}}\n  lookups:\n{lookups}"
-            ),
-        )
-        .expect("write rule");
-        load::load(&rules, &templates).expect("valid rules").rules.remove(0)
+        let text = format!(
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  watch: {{apiVersion: example.com/v1, kind: R}}\n  lookups:\n{lookups}"
+        );
+        load::one_rule("r", &text).rules.remove(0)
     }
 
     #[test]
