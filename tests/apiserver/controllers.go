@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
+	"k8s.io/kubernetes/pkg/controller/volume/pvcprotection"
 )
 
 // Settings follow kube-controller-manager's defaults, except the discovery
@@ -28,14 +29,18 @@ import (
 const (
 	gcWorkers             = 20
 	namespaceWorkers      = 10
+	pvcProtectionWorkers  = 1
 	namespaceSyncPeriod   = 5 * time.Minute
 	controllerSyncWait    = 60 * time.Second
 	controllerClientQPS   = 100
 	controllerClientBurst = 200
 )
 
-// controllers runs the garbage-collector and namespace controllers of
-// kube-controller-manager, wired as cmd/kube-controller-manager/app does.
+// controllers runs the garbage-collector, namespace and PVC-protection
+// controllers of kube-controller-manager, wired as cmd/kube-controller-manager/app
+// does. PVC protection removes the kubernetes.io/pvc-protection finalizer the
+// API server's admission adds to every claim once no pod uses it; without it a
+// deleted claim (a Database's backups volume) would hold its namespace forever.
 type controllers struct {
 	running sync.WaitGroup
 }
@@ -68,6 +73,17 @@ func startControllers(ctx context.Context, admin *rest.Config, gcSyncPeriod time
 		return nil, fmt.Errorf("namespace controller: %w", err)
 	}
 
+	pvcCfg := withAgent(cfg, "pvc-protection-controller")
+	pvcClient, err := kubernetes.NewForConfig(pvcCfg)
+	if err != nil {
+		return nil, err
+	}
+	pvc, err := pvcprotection.NewPVCProtectionController(klog.FromContext(ctx),
+		sharedInformers.Core().V1().PersistentVolumeClaims(), sharedInformers.Core().V1().Pods(), pvcClient)
+	if err != nil {
+		return nil, fmt.Errorf("pvc protection controller: %w", err)
+	}
+
 	sharedInformers.Start(ctx.Done())
 	metadataInformers.Start(ctx.Done())
 	close(informersStarted)
@@ -76,6 +92,7 @@ func startControllers(ctx context.Context, admin *rest.Config, gcSyncPeriod time
 	c.running.Go(func() { gc.Run(ctx, gcWorkers, gcSyncPeriod) })
 	c.running.Go(func() { gc.Sync(ctx, gcDiscovery, gcSyncPeriod) })
 	c.running.Go(func() { ns.Run(ctx, namespaceWorkers) })
+	c.running.Go(func() { pvc.Run(ctx, pvcProtectionWorkers) })
 	c.running.Go(func() {
 		<-ctx.Done()
 		sharedInformers.Shutdown()
