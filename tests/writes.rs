@@ -13,7 +13,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// Everything a Database reconcile can write: its children, its backup Jobs, itself (the
 /// finalizer, status) and Events.
-const RESOURCES: &[&str] = &["services", "statefulsets", "jobs", "databases", "events"];
+const RESOURCES: &[&str] = &["services", "statefulsets", "persistentvolumeclaims", "jobs", "databases", "events"];
 
 /// Events (events.k8s.io) not reported by ruleop, cluster-wide: the API server's own controllers
 /// publish some (its ClusterIP repair loop about new Services), and its counter cannot tell.
@@ -81,7 +81,7 @@ fn expected(writes: &[(&str, u64)]) -> BTreeMap<String, u64> {
 }
 
 #[test]
-fn a_database_with_backups_converges_in_six_writes_a_spec_change_costs_four_and_one_without_backups_four() {
+fn a_database_with_backups_converges_in_seven_writes_a_spec_change_costs_four_and_one_without_backups_four() {
     install_crds();
     let ns = Namespace::new("writes");
     let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
@@ -98,12 +98,13 @@ fn a_database_with_backups_converges_in_six_writes_a_spec_change_costs_four_and_
     });
     let converged = writes_since(&operator, &before, &["POST databases.myorg.io"]);
     eprintln!("one Database converging: {converged:?}");
-    // The floor's four (two applies, the Job, one status write), the finalizer the final
-    // backup needs before the parent can be deleted, and one Event saying what was done. No
-    // intent write before the Job (its name is the lock) and no 409.
+    // The floor's four (two applies, the Job, one status write), the backups volume, the
+    // finalizer the final backup needs before the parent can be deleted, and one Event saying
+    // what was done. No intent write before the Job (its name is the lock) and no 409.
     assert_eq!(
         converged,
         expected(&[
+            ("APPLY persistentvolumeclaims", 1),
             ("APPLY services", 1),
             ("APPLY statefulsets.apps", 1),
             ("PATCH databases.myorg.io", 1),
