@@ -13,7 +13,14 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// Everything a Database reconcile can write: its children, its backup Jobs, itself (the
 /// finalizer, status) and Events.
-const RESOURCES: &[&str] = &["services", "statefulsets", "persistentvolumeclaims", "jobs", "databases", "events"];
+const RESOURCES: &[&str] = &[
+    "services",
+    "statefulsets",
+    "persistentvolumeclaims",
+    "jobs",
+    "databases",
+    "events",
+];
 
 /// Events (events.k8s.io) not reported by ruleop, cluster-wide: the API server's own controllers
 /// publish some (its ClusterIP repair loop about new Services), and its counter cannot tell.
