@@ -266,7 +266,7 @@ fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
                 && get(&ns.0, "database/orders", "{.status.actions.backup.phase}") == "Done"
         },
     );
-    for child in ["service/orders-svc", "statefulset/orders"] {
+    for child in ["service/orders-svc", "statefulset/orders", "pvc/orders-backups"] {
         assert!(exists(&ns.0, child), "{child} missing");
     }
     assert_eq!(
@@ -284,7 +284,10 @@ fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
         "jsonpath={.items[*].reason} {.items[*].message}",
     ]);
     assert!(
-        events.contains("ActionRan") && events.contains("created Service orders-svc, StatefulSet orders; ran backup"),
+        events.contains("ActionRan")
+            && events.contains(
+                "created Service orders-svc, StatefulSet orders, PersistentVolumeClaim orders-backups; ran backup"
+            ),
         "events: {events}"
     );
     assert_eq!(

@@ -68,7 +68,9 @@ fn each_reconcile_that_writes_has_one_event_saying_what_it_did() {
         .map(|(_, note, _)| note.as_str())
         .unwrap_or_default();
     assert!(
-        first.starts_with("created Service orders-svc, StatefulSet orders; ran backup for generation=1 (key "),
+        first.starts_with(
+            "created Service orders-svc, StatefulSet orders, PersistentVolumeClaim orders-backups; ran backup for generation=1 (key "
+        ),
         "{first}"
     );
     let key = get(&ns.0, "database/orders", "{.status.actions.backup.key}");
