@@ -99,7 +99,7 @@ fn database_and_cache_rules() -> tempfile::TempDir {
 /// returns its kubeconfig and the `--serviceaccount` argument for further bindings.
 fn account_without_statefulsets(ns: &str) -> (tempfile::TempDir, std::path::PathBuf, String) {
     kubectl_ok(&["create", "serviceaccount", "ruleop-test", "-n", ns]);
-    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: partial}\nrules:\n  - apiGroups: [myorg.io]\n    resources: [databases, caches, databases/status, caches/status]\n    verbs: [get, list, watch, patch]\n  - apiGroups: [\"\"]\n    resources: [services, configmaps]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [apps]\n    resources: [deployments]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [batch]\n    resources: [jobs]\n    verbs: [create]\n  - apiGroups: [events.k8s.io]\n    resources: [events]\n    verbs: [create, patch]\n";
+    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: partial}\nrules:\n  - apiGroups: [myorg.io]\n    resources: [databases, caches, databases/status, caches/status]\n    verbs: [get, list, watch, patch]\n  - apiGroups: [\"\"]\n    resources: [services, configmaps, persistentvolumeclaims]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [apps]\n    resources: [deployments]\n    verbs: [get, list, watch, create, patch, delete]\n  - apiGroups: [batch]\n    resources: [jobs]\n    verbs: [create]\n  - apiGroups: [events.k8s.io]\n    resources: [events]\n    verbs: [create, patch]\n";
     apply_yaml(ns, role);
     let account = format!("--serviceaccount={ns}:ruleop-test");
     kubectl_ok(&["create", "rolebinding", "partial", "-n", ns, "--role=partial", &account]);
