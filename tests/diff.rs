@@ -17,7 +17,14 @@ const WAIT: Duration = Duration::from_secs(60);
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Every resource a reconcile of the shipped rules writes.
-const WRITTEN: &[&str] = &["services", "statefulsets", "jobs", "databases", "events"];
+const WRITTEN: &[&str] = &[
+    "services",
+    "statefulsets",
+    "persistentvolumeclaims",
+    "jobs",
+    "databases",
+    "events",
+];
 
 /// Databases in `ns` converged by `ruleop run` with the shipped rules, which is then stopped.
 fn converged_databases(ns: &Namespace, names: &[&str]) {

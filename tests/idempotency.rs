@@ -12,7 +12,13 @@ use support::*;
 /// The write counters are cluster-wide: these tests take turns.
 static ALONE: Mutex<()> = Mutex::new(());
 
-const RESOURCES: &[&str] = &["services", "statefulsets", "databases", "jobs"];
+const RESOURCES: &[&str] = &[
+    "services",
+    "statefulsets",
+    "persistentvolumeclaims",
+    "databases",
+    "jobs",
+];
 
 /// Parents reconciled together: with the 1 s resync floor, 40 parents give 1,000 reconciles
 /// in about 25 s.

@@ -43,7 +43,15 @@ fn only_the_leader_writes_and_a_killed_leader_is_replaced_within_the_lease_durat
         "a standby is ready but does not lead"
     );
 
-    let resources = ["services", "statefulsets", "jobs", "databases", "deployments", "caches"];
+    let resources = [
+        "services",
+        "statefulsets",
+        "persistentvolumeclaims",
+        "jobs",
+        "databases",
+        "deployments",
+        "caches",
+    ];
     let before = apiserver_writes(&resources);
     apply_yaml(&ns.0, &databases_yaml(PARENTS, 1));
     wait_until(WAIT, "20 databases reconciled with their backups", || {
