@@ -16,16 +16,6 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The tests count the API server's writes, so they run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Every resource a reconcile of the shipped rules writes.
-const WRITTEN: &[&str] = &[
-    "services",
-    "statefulsets",
-    "persistentvolumeclaims",
-    "jobs",
-    "databases",
-    "events",
-];
-
 /// Databases in `ns` converged by `ruleop run` with the shipped rules, which is then stopped.
 fn converged_databases(ns: &Namespace, names: &[&str]) {
     install_crds();
@@ -102,14 +92,14 @@ fn a_template_edit_shows_exactly_the_changed_field_of_each_parent_and_writes_not
         t.replace("targetPort: 5432", "targetPort: 5433")
     });
 
-    let persisted = apiserver_writes_dry_run(WRITTEN, "");
+    let persisted = apiserver_writes_dry_run(DATABASE_WRITES, "");
     let dry_runs = apiserver_writes_dry_run(&["services"], "All");
     let out = ruleop_diff(&ns.0, &root().join("rules"), templates.path());
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
 
     assert_eq!(
-        apiserver_writes_dry_run(WRITTEN, ""),
+        apiserver_writes_dry_run(DATABASE_WRITES, ""),
         persisted,
         "ruleop diff wrote nothing"
     );

@@ -11,17 +11,6 @@ use support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Everything a Database reconcile can write: its children, its backup Jobs, itself (the
-/// finalizer, status) and Events.
-const RESOURCES: &[&str] = &[
-    "services",
-    "statefulsets",
-    "persistentvolumeclaims",
-    "jobs",
-    "databases",
-    "events",
-];
-
 /// Events (events.k8s.io) not reported by ruleop, cluster-wide: the API server's own controllers
 /// publish some (its ClusterIP repair loop about new Services), and its counter cannot tell.
 fn foreign_events() -> BTreeSet<String> {
@@ -49,7 +38,7 @@ struct Reading {
 
 fn reading(operator: &Operator) -> Reading {
     Reading {
-        counts: apiserver_write_counts(RESOURCES),
+        counts: apiserver_write_counts(DATABASE_WRITES),
         sent: operator.metric("ruleop_api_writes_total", &[]),
         foreign: foreign_events(),
     }
@@ -64,12 +53,12 @@ fn writes_since(operator: &Operator, before: &Reading, ours: &[&str]) -> BTreeMa
     let sent = operator.metric("ruleop_api_writes_total", &[]) - before.sent;
     let total = sent + ours.len() as u64;
     wait_until(WAIT, "the API server to serve every write ruleop sent", || {
-        let served: u64 = count_difference(&before.counts, &apiserver_write_counts(RESOURCES))
+        let served: u64 = count_difference(&before.counts, &apiserver_write_counts(DATABASE_WRITES))
             .values()
             .sum();
         served.saturating_sub(foreign_events().difference(&before.foreign).count() as u64) >= total
     });
-    let mut writes = count_difference(&before.counts, &apiserver_write_counts(RESOURCES));
+    let mut writes = count_difference(&before.counts, &apiserver_write_counts(DATABASE_WRITES));
     let foreign = foreign_events().difference(&before.foreign).count();
     let theirs = std::iter::repeat_n("POST events.events.k8s.io", foreign);
     for write in ours.iter().copied().chain(theirs) {

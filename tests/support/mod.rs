@@ -703,6 +703,18 @@ pub fn database(name: &str, replicas: u32, extra_spec: &str) -> String {
     )
 }
 
+/// Everything a reconcile of the shipped Database rule can write, for [`apiserver_write_counts`]:
+/// its children (the backups volume among them), its backup Jobs, itself (finalizer, status) and
+/// Events.
+pub const DATABASE_WRITES: &[&str] = &[
+    "services",
+    "statefulsets",
+    "persistentvolumeclaims",
+    "jobs",
+    "databases",
+    "events",
+];
+
 /// Write requests (POST, PUT, PATCH, APPLY) the API server has served for `resources`, from its
 /// own `apiserver_request_total`, by `"VERB resource[.group][/subresource]"` with the response
 /// code appended when it is not a success (`"POST jobs.batch 409"`), dry runs left out. Two readings
