@@ -52,25 +52,19 @@ fn only_the_leader_writes_and_a_killed_leader_is_replaced_within_the_lease_durat
         "deployments",
         "caches",
     ];
-    let before = apiserver_writes(&resources);
+    let mark = audit::AuditMark::now();
     apply_yaml(&ns.0, &databases_yaml(PARENTS, 1));
     wait_until(WAIT, "20 databases reconciled with their backups", || {
         all_backed_up(&ns.0, PARENTS)
     });
     apply_yaml(&ns.0, &probe(1));
-    // The API server counts what every process sent: the test's 21 creations and, exactly, what
-    // the leader says it sent.
-    let counts = || {
-        (
-            apiserver_writes(&resources) - before,
-            PARENTS as u64 + 1 + first.writes(),
-        )
-    };
+    // The API server audits what every ruleop process sent: exactly what the leader says it sent.
+    let counts = || (mark.ruleop_writes(&resources).len() as u64, first.writes());
     wait_until(WAIT, "the probe reconciled and every write counted", || {
         let (server, ours) = counts();
         exists(&ns.0, "deployment/probe-cache") && server == ours
     });
-    println!("API server writes (test + leader): {}", counts().0);
+    println!("API server writes from ruleop: {}", counts().0);
     let (leader_writes, standby_writes) = (first.writes(), second.writes());
     println!("writes over {PARENTS} parents: leader {leader_writes}, standby {standby_writes}");
     println!(

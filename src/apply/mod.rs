@@ -6,6 +6,7 @@ pub mod actions;
 pub mod api_error;
 pub mod children;
 pub mod cleanup;
+pub mod client;
 pub mod compare;
 pub mod drift_limit;
 pub mod events;

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -32,6 +34,18 @@ const (
 	watchTerminationGrace = "1s"
 )
 
+// auditPolicy records who wrote what (user agent, verb, object, response
+// code), never bodies, and only for writes: tests count the write requests of
+// one client (ruleop's user agent) without the cluster's own controllers'.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`
+
 // apiServer is a kube-apiserver running in this process.
 type apiServer struct {
 	url  string
@@ -44,15 +58,23 @@ type apiServer struct {
 // app/testing.StartTestServer) and waits until /readyz is ok. It stops when
 // ctx is cancelled. port 0 picks a free port; another port is bound again
 // (a restart with the same data dir). node admits Pods as a cluster with
-// nodes does (see apiserverArgs).
-func startAPIServer(ctx context.Context, creds *credentials, etcdURL string, port int, node bool) (*apiServer, error) {
+// nodes does (see apiserverArgs). Every write request is audited to
+// auditLog (see auditPolicy).
+func startAPIServer(ctx context.Context, creds *credentials, etcdURL string, port int, node bool, auditLog string) (*apiServer, error) {
+	policyFile := filepath.Join(creds.dir, "audit-policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(auditPolicy), 0o600); err != nil {
+		return nil, err
+	}
 	listener, err := listenLoopback(port)
 	if err != nil {
 		return nil, err
 	}
 	port = listener.Addr().(*net.TCPAddr).Port
 
-	opts, err := apiserverOptions(apiserverArgs(creds, etcdURL, port, node))
+	args := apiserverArgs(creds, etcdURL, port, node)
+	args = append(args, "--audit-policy-file="+policyFile, "--audit-log-path="+auditLog,
+		"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=200", "--audit-log-maxbackup=1")
+	opts, err := apiserverOptions(args)
 	if err != nil {
 		listener.Close()
 		return nil, err

@@ -148,7 +148,7 @@ cmd_stop() {
     "$node" stop "$state" || node_rc=$?
   fi
   terminate
-  rm -rf "$datadir" "$kubeconfig" "$argsfile"
+  rm -rf "$datadir" "$kubeconfig" "$state/audit-writes.log"* "$argsfile"
   ((node_rc == 0)) || die "the node did not stop cleanly (node.sh stop exited $node_rc); run '$0 stop' again"
 }
 

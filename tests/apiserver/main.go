@@ -12,7 +12,8 @@
 // serves the same etcd data on the same port with the same CA, serving
 // certificate, admin token and service-account key, so kubeconfigs and
 // ServiceAccount tokens from before the restart keep working. Logs go to
-// stderr only.
+// stderr only. Every write request is audited (user agent, verb, object,
+// code) to audit-writes.log beside the kubeconfig.
 //
 // The same binary is also the node's kubelet, kube-scheduler and
 // kube-controller-manager (`apiserver kubelet FLAGS...`, see components.go),
@@ -175,7 +176,13 @@ func startControlPlane(parent context.Context, dir string, flags cliFlags) (plan
 	if err != nil {
 		return plane, fmt.Errorf("credentials: %w", err)
 	}
-	if plane.apiserver, err = startAPIServer(ctx, creds, plane.etcd.clientURL, saved.APIServerPort, flags.node); err != nil {
+	out := flags.kubeconfigOut
+	if out == "" {
+		out = filepath.Join(dir, "kubeconfig")
+	}
+	// Beside the kubeconfig, where a test that knows only the kubeconfig finds it.
+	auditLog := filepath.Join(filepath.Dir(out), "audit-writes.log")
+	if plane.apiserver, err = startAPIServer(ctx, creds, plane.etcd.clientURL, saved.APIServerPort, flags.node, auditLog); err != nil {
 		return plane, fmt.Errorf("kube-apiserver: %w", err)
 	}
 	current := endpoints{APIServerPort: plane.apiserver.port, EtcdClientURL: plane.etcd.clientURL, EtcdPeerURL: plane.etcd.peerURL}
@@ -187,10 +194,6 @@ func startControlPlane(parent context.Context, dir string, flags cliFlags) (plan
 		return plane, fmt.Errorf("controllers: %w", err)
 	}
 
-	out := flags.kubeconfigOut
-	if out == "" {
-		out = filepath.Join(dir, "kubeconfig")
-	}
 	if out, err = writeKubeconfig(out, plane.apiserver.url, creds); err != nil {
 		return plane, fmt.Errorf("kubeconfig: %w", err)
 	}

@@ -5,6 +5,7 @@
 //! its own namespace and, when it needs one, its own `ruleop run` child process.
 #![allow(dead_code)]
 
+pub mod audit;
 pub mod custom;
 pub mod exposition;
 pub mod fleet;
@@ -531,12 +532,9 @@ pub fn sum_metric(text: &str, name: &str, filter: &[(&str, &str)]) -> u64 {
 }
 
 /// Write requests (POST, PUT, PATCH, and APPLY, the verb the API server counts server-side
-/// apply under) it has served for these resources, from its own `apiserver_request_total`.
-pub fn apiserver_writes(resources: &[&str]) -> u64 {
-    apiserver_writes_labelled(resources, &[])
-}
-
-/// The write requests of [`apiserver_writes`] whose series also carry every label in `extra`.
+/// apply under) it has served for these resources, from its own `apiserver_request_total`, whose
+/// series also carry every label in `extra`. The counters are cluster-wide: they include the
+/// cluster's own controllers' writes ([`audit::AuditMark`] names the writer).
 fn apiserver_writes_labelled(resources: &[&str], extra: &[(&str, &str)]) -> u64 {
     let text = kubectl_ok(&["get", "--raw", "/metrics"]);
     ["POST", "PUT", "PATCH", "APPLY"]
@@ -578,8 +576,8 @@ pub fn service_account_kubeconfig(namespace: &str, name: &str) -> (tempfile::Tem
     (dir, path)
 }
 
-/// Like [`apiserver_writes`], split by the API server's `dry_run` label: `""` counts the writes
-/// it persisted, `"All"` the dry runs it computed and threw away.
+/// The write requests of [`apiserver_writes_labelled`] by the API server's `dry_run` label: `""`
+/// counts the writes it persisted, `"All"` the dry runs it computed and threw away.
 pub fn apiserver_writes_dry_run(resources: &[&str], dry_run: &str) -> u64 {
     apiserver_writes_labelled(resources, &[("dry_run", dry_run)])
 }

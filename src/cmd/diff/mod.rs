@@ -160,9 +160,10 @@ pub fn command(
 
 /// Diffs every parent of every rule of `set` against the cluster of the kubeconfig.
 pub async fn diff(set: &RuleSet, options: &Options) -> anyhow::Result<Report> {
-    let client = Client::try_default()
+    let config = crate::apply::client::cluster_config()
         .await
         .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
+    let client = Client::try_from(config).context("cannot build a client for the cluster")?;
     let mut kinds = Kinds::default();
     if let Some(unknown) = kinds.resolve(&client, set).await.into_iter().next() {
         return Err(unknown.into());
