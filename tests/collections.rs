@@ -107,7 +107,11 @@ fn for_each_prunes_exactly_the_removed_item_and_a_reorder_writes_nothing() {
         setup.observed_generation_is_current(&ns.0, "web")
     });
     let writes = mark.ruleop_writes(&["services"]);
-    assert!(writes.is_empty(), "a reorder writes no Service:{}", audit::listing(&writes));
+    assert!(
+        writes.is_empty(),
+        "a reorder writes no Service:{}",
+        audit::listing(&writes)
+    );
     assert_eq!(
         setup.operator.metric("ruleop_api_writes_total", &[("kind", "Service")]),
         ours

@@ -71,7 +71,11 @@ fn a_thousand_reconciles_of_converged_parents_write_nothing() {
         start.elapsed(),
         writes.len()
     );
-    assert!(writes.is_empty(), "the API server audited ruleop's writes:{}", audit::listing(&writes));
+    assert!(
+        writes.is_empty(),
+        "the API server audited ruleop's writes:{}",
+        audit::listing(&writes)
+    );
     assert_eq!(ruleop_writes, 0, "ruleop sent write requests");
     assert_eq!(
         kubectl_ok(&["get", "jobs", "-n", &ns.0, "-o", "name"]).lines().count(),
@@ -133,6 +137,10 @@ fn a_restarted_operator_reconciles_converged_parents_without_writing() {
         "restart: {} write requests from ruleop for 3 converged parents (children came from a LIST)",
         writes.len()
     );
-    assert!(writes.is_empty(), "the API server audited ruleop's writes:{}", audit::listing(&writes));
+    assert!(
+        writes.is_empty(),
+        "the API server audited ruleop's writes:{}",
+        audit::listing(&writes)
+    );
     assert_eq!(second.metric("ruleop_api_writes_total", &[]), 0);
 }

@@ -12,6 +12,8 @@ pub const RULEOP_USER_AGENT: &str = concat!("ruleop/", env!("CARGO_PKG_VERSION")
 /// The configuration `kube::Config::infer` finds, naming ruleop as the user agent.
 pub async fn cluster_config() -> Result<Config, InferConfigError> {
     let mut config = Config::infer().await?;
-    config.headers.push((USER_AGENT, HeaderValue::from_static(RULEOP_USER_AGENT)));
+    config
+        .headers
+        .push((USER_AGENT, HeaderValue::from_static(RULEOP_USER_AGENT)));
     Ok(config)
 }

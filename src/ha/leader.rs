@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::client::ClientBuilder;
-use kube::Client;
 use tokio::sync::{oneshot, watch};
 use tower::{BoxError, Layer, Service};
 use tracing::{info, warn};
@@ -210,7 +210,9 @@ where
 /// Two clients of one configuration: one whose writes pass `fence` (for everything the
 /// operator does) and one without (for the leases themselves).
 pub async fn clients(fence: Arc<Fence>) -> Result<(Client, Client), kube::Error> {
-    let config = crate::apply::client::cluster_config().await.map_err(kube::Error::InferConfig)?;
+    let config = crate::apply::client::cluster_config()
+        .await
+        .map_err(kube::Error::InferConfig)?;
     let leases = Client::try_from(config.clone())?;
     let fenced = ClientBuilder::try_from(config)?.with_layer(&FenceLayer(fence)).build();
     Ok((fenced, leases))

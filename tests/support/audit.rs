@@ -35,7 +35,11 @@ impl AuditedWrite {
 impl std::fmt::Display for AuditedWrite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let dry = if self.dry_run { " (dry run)" } else { "" };
-        write!(f, "{} {} {} → {}{dry}", self.verb, self.resource, self.object, self.code)
+        write!(
+            f,
+            "{} {} {} → {}{dry}",
+            self.verb, self.resource, self.object, self.code
+        )
     }
 }
 
@@ -55,8 +59,8 @@ impl AuditMark {
 
     /// Every write audited since the mark.
     pub fn since(&self) -> Vec<AuditedWrite> {
-        let mut file = std::fs::File::open(&self.path)
-            .unwrap_or_else(|e| panic!("the audit log {}: {e}", self.path.display()));
+        let mut file =
+            std::fs::File::open(&self.path).unwrap_or_else(|e| panic!("the audit log {}: {e}", self.path.display()));
         let length = file.metadata().map(|m| m.len()).unwrap_or(0);
         assert!(
             length >= self.offset,
@@ -112,7 +116,10 @@ fn parse(line: &str) -> AuditedWrite {
         verb: text("/verb").to_owned(),
         resource,
         object,
-        code: event.pointer("/responseStatus/code").and_then(|v| v.as_u64()).unwrap_or(0),
+        code: event
+            .pointer("/responseStatus/code")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0),
         dry_run: uri.contains("dryRun=All"),
         user_agent: text("/userAgent").to_owned(),
     }
