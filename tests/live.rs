@@ -289,3 +289,51 @@ fn on_immutable_change_recreate_replaces_the_child() {
         ready(&ns.0, "orders", "reason") != "ImmutableFieldChanged"
     });
 }
+
+#[test]
+fn typed_status_values_reach_a_crd_whose_status_schema_is_typed_and_a_failing_one_costs_only_itself() {
+    let kind = custom::CustomKind::new("live-typed", "Copies");
+    kind.install_crd(&kind.crd_with_typed_status(
+        r#"{"capacity": {"type": "integer"}, "sized": {"type": "boolean"},
+            "zones": {"type": "array", "items": {"type": "string"}}, "label": {"type": "string"}}"#,
+    ));
+    let ns = Namespace::new("live-typed");
+    let (rules, templates) = kind.rule_files(
+        "copies",
+        "  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: copies/cm.yaml.j2\n  status:\n    fields:\n      capacity: {value: \"spec.replicas * 10\"}\n      sized: {value: \"spec.replicas > 0\"}\n      zones: {value: \"spec.zones | sort\"}\n      label: \"{{ spec.zones | length }} zones\"\n",
+        &[("copies/cm.yaml.j2", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-cm\n")],
+    );
+    let _operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    let parent = format!("{}/orders", kind.resource());
+    apply_yaml(&ns.0, &kind.object("orders", r#"{"replicas": 3, "zones": ["b", "a"]}"#));
+    wait_until(WAIT, "the typed status", || {
+        get(&ns.0, &parent, "{.status.capacity}") == "30"
+    });
+    let status: serde_json::Value =
+        serde_json::from_str(&get(&ns.0, &parent, "{.status}")).expect("the status is JSON");
+    assert_eq!(status["capacity"], serde_json::json!(30), "{status}");
+    assert_eq!(status["sized"], serde_json::json!(true), "{status}");
+    assert_eq!(status["zones"], serde_json::json!(["a", "b"]), "{status}");
+    assert_eq!(status["label"], serde_json::json!("2 zones"), "{status}");
+
+    // A tenant's mapping for a number fails `capacity` and `sized` only: the rest is written.
+    apply_yaml(
+        &ns.0,
+        &kind.object("orders", r#"{"replicas": {"many": true}, "zones": ["c"]}"#),
+    );
+    wait_until(WAIT, "the other fields updated", || {
+        get(&ns.0, &parent, "{.status.label}") == "1 zones"
+    });
+    assert_eq!(get(&ns.0, &parent, "{.status.zones}"), r#"["c"]"#);
+    assert_eq!(
+        get(&ns.0, &parent, "{.status.capacity}"),
+        "30",
+        "the failed field keeps its value"
+    );
+    assert_eq!(
+        get(&ns.0, &parent, "{.status.conditions[?(@.type==\"Ready\")].status}"),
+        "True",
+        "a failed status field is no reconcile failure"
+    );
+    kind.uninstall();
+}

@@ -41,16 +41,40 @@ impl CustomKind {
 
     /// The CRD: objects keep every field (`x-kubernetes-preserve-unknown-fields`), status subresource on.
     pub fn crd(&self) -> String {
+        self.crd_with_schema("          type: object\n          x-kubernetes-preserve-unknown-fields: true\n")
+    }
+
+    /// The CRD whose status is typed: `properties` is the JSON of `status.properties` (plus
+    /// `conditions` and `observedGeneration`, which the engine writes), every other field is
+    /// pruned; `spec` keeps any field.
+    pub fn crd_with_typed_status(&self, properties: &str) -> String {
+        let properties = properties.split_whitespace().collect::<Vec<_>>().join(" ");
+        let inner = properties
+            .strip_prefix('{')
+            .and_then(|p| p.strip_suffix('}'))
+            .expect("properties is one JSON object");
+        let engine = r#""observedGeneration": {"type": "integer"}, "conditions": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}"#;
+        self.crd_with_schema(&format!(
+            "          type: object\n          properties:\n            spec: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n            status: {{\"type\": \"object\", \"properties\": {{{engine}, {inner}}}}}\n"
+        ))
+    }
+
+    fn crd_with_schema(&self, open_api_v3_schema: &str) -> String {
         let (kind, plural, group) = (&self.kind, self.plural(), &self.group);
         let singular = kind.to_lowercase();
         format!(
-            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      subresources: {{status: {{}}}}\n      schema:\n        openAPIV3Schema:\n          type: object\n          x-kubernetes-preserve-unknown-fields: true\n"
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      subresources: {{status: {{}}}}\n      schema:\n        openAPIV3Schema:\n{open_api_v3_schema}"
         )
     }
 
-    /// Creates the CRD and waits until it is served.
+    /// Creates the CRD (keeping any field) and waits until it is served.
     pub fn install(&self) {
-        let out = kubectl_with_stdin(&["apply", "-f", "-"], Some(&self.crd()));
+        self.install_crd(&self.crd());
+    }
+
+    /// Creates `crd` (one of this kind's) and waits until it is served.
+    pub fn install_crd(&self, crd: &str) {
+        let out = kubectl_with_stdin(&["apply", "-f", "-"], Some(crd));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         kubectl_ok(&[
             "wait",

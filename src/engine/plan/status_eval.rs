@@ -52,6 +52,23 @@ pub fn evaluate(
                     continue;
                 }
             },
+            FieldSource::Expression(expression) => {
+                let label = rule.inline_template(&path);
+                let value = renderer
+                    .eval(&label, &expression.value, context)
+                    .and_then(|v| json_of(&v).map_err(|message| RenderError::in_template(&label, message)));
+                match value {
+                    Ok(value) => value,
+                    Err(e) => {
+                        let at = located(rule, source, &e);
+                        evaluated.problems.push(format!(
+                            "{at}: {path}: {}; the field keeps its current value",
+                            e.message
+                        ));
+                        continue;
+                    }
+                }
+            }
             FieldSource::FromChild(from) => children
                 .value(&from.child)
                 .and_then(|child| first_match(&child, &from.json_path))
@@ -74,6 +91,15 @@ pub fn evaluate(
         }
     }
     evaluated
+}
+
+/// A template value as JSON: what serialises (numbers, booleans, strings, lists, mappings, none);
+/// an undefined value or a callable is an error.
+fn json_of(value: &minijinja::Value) -> Result<Value, String> {
+    if value.is_undefined() {
+        return Err("the expression is undefined".to_owned());
+    }
+    serde_json::to_value(value).map_err(|e| format!("the value cannot be written to status: {e}"))
 }
 
 /// One condition: `when` decides True or False, then its reason and message render. Any

@@ -39,10 +39,13 @@ fn rule_warnings(rule: &Rule, out: &mut Vec<String>) {
         }
     }
     for (field, source) in &spec.status.fields {
-        if let FieldSource::Template(text) = &source.value {
-            let located = Located::new(text.clone(), source.referenced, source.defined);
-            warn_expression(file, &located, &format!("status.fields.{field}"), Kind::Template, out);
-        }
+        let (text, kind) = match &source.value {
+            FieldSource::Template(text) => (text, Kind::Template),
+            FieldSource::Expression(expression) => (&expression.value, Kind::Expression),
+            FieldSource::FromChild(_) => continue,
+        };
+        let located = Located::new(text.clone(), source.referenced, source.defined);
+        warn_expression(file, &located, &format!("status.fields.{field}"), kind, out);
     }
     for condition in &spec.status.conditions {
         let type_ = &condition.type_;

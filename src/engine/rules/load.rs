@@ -315,6 +315,10 @@ impl RuleChecker<'_> {
             let path = format!("status.fields.{field}");
             match &source.value {
                 FieldSource::Template(text) => self.compile_inline(&name, &path, text, self.at(source)),
+                FieldSource::Expression(expression) => {
+                    let located = Located::new(expression.value.clone(), source.referenced, source.defined);
+                    self.check_expression(&located, &path);
+                }
                 FieldSource::FromChild(from) => {
                     if !child_ids.contains_key(from.child.as_str()) {
                         self.report(

@@ -316,7 +316,8 @@ pub struct Record {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StatusSpec {
-    /// Top-level status fields: from a child by JSONPath, or a Jinja template string.
+    /// Top-level status fields: a Jinja template string, a typed `{value: <expression>}`, or
+    /// `{child, jsonPath}` from a child.
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, FieldSource>")]
     pub fields: BTreeMap<String, Located<FieldSource>>,
@@ -333,6 +334,8 @@ pub enum FieldSource {
     Template(String),
     /// A value read from an observed child.
     FromChild(ChildField),
+    /// A Jinja expression whose value keeps its type (number, boolean, list, mapping, null).
+    Expression(ExpressionField),
 }
 
 /// A value read from an observed child.
@@ -345,16 +348,49 @@ pub struct ChildField {
     pub json_path: String,
 }
 
+/// A typed status value: `{value: "children.copies | length"}`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpressionField {
+    /// A Jinja expression (no `{{ }}`); its value is written as it is: `spec.replicas * 10` is a
+    /// number, `children.db is defined` a boolean, `spec.regions | list` a list.
+    pub value: String,
+}
+
+/// The keys a status field's mapping may have; which ones it has says which source it is.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FieldMapping {
+    child: Option<String>,
+    json_path: Option<String>,
+    value: Option<String>,
+}
+
 impl<'de> Deserialize<'de> for FieldSource {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct SourceVisitor;
         impl<'de> serde::de::Visitor<'de> for SourceVisitor {
             type Value = FieldSource;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a template string or a mapping {child, jsonPath}")
+                f.write_str("a template string, a mapping {value} or a mapping {child, jsonPath}")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<FieldSource, A::Error> {
-                ChildField::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(FieldSource::FromChild)
+                let mapping = FieldMapping::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                match mapping {
+                    FieldMapping {
+                        child: None,
+                        json_path: None,
+                        value: Some(value),
+                    } => Ok(FieldSource::Expression(ExpressionField { value })),
+                    FieldMapping {
+                        child: Some(child),
+                        json_path: Some(json_path),
+                        value: None,
+                    } => Ok(FieldSource::FromChild(ChildField { child, json_path })),
+                    _ => Err(serde::de::Error::custom(
+                        "a status field mapping is either {value: <expression>} or {child: <id>, jsonPath: <path>}",
+                    )),
+                }
             }
             fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<FieldSource, E> {
                 Ok(FieldSource::Template(value.to_owned()))
