@@ -1,9 +1,12 @@
 //! Warnings for rules that load but are likely to fail at run time: `ruleop check` prints them.
 //!
-//! The one found here: reading into `children.<id>` (`children.db.status.x`) in a `when` or
-//! status expression. Until that child exists the access is undefined, which strict mode makes
-//! an error: a child's `when` then fails the whole plan, and a status condition turns `Unknown`.
-//! `children | dig("db.status.x", default)` or a `children.db is defined` guard is safe.
+//! - Reading into `children.<id>` (`children.db.status.x`) in a `when` or status expression.
+//!   Until that child exists the access is undefined, which strict mode makes an error: a child's
+//!   `when` then fails the whole plan, and a status condition turns `Unknown`.
+//!   `children | dig("db.status.x", default)` or a `children.db is defined` guard is safe.
+//! - A dotted `dig("annotations.example.com/key")`: it splits the key at its dots and never
+//!   finds it; a list path (`dig(["annotations", "example.com/key"])`) does.
+//! - An http action URL whose host comes from the parent.
 
 use std::path::Path;
 
@@ -83,6 +86,11 @@ fn warn_expression(file: &Path, source: &Located<String>, what: &str, kind: Kind
         Kind::Template => template_code(&source.value),
     };
     let location = SourceLocation::from_span(file, &source.referenced);
+    for path in dig_paths_with_slashes(&code) {
+        out.push(format!(
+            "{location}: warning: {what}: dig(\"{path}\") splits at every `.`, so a key with a dot (an annotation or label name such as `kro.run/reconcile`) is never found and the default is used\n  hint: give the keys as a list: dig([\"annotations\", \"example.com/key\"], <default>)"
+        ));
+    }
     for access in unguarded_accesses(&code) {
         out.push(format!(
             "{location}: warning: {what}: `children.{}` is undefined until child {:?} exists, which fails this expression\n  hint: write `children | dig(\"{}\", <default>)`, or guard it with `children.{} is defined and ...`",
@@ -167,6 +175,34 @@ fn template_code(text: &str) -> String {
         rest = body.get(end + 2..).unwrap_or_default();
     }
     code
+}
+
+/// The literal dotted paths of `dig("…")` calls that hold a `/`: a prefixed key (`kro.run/x`),
+/// which the dotted form can never reach because it splits the prefix at its dots.
+fn dig_paths_with_slashes(code: &str) -> Vec<String> {
+    let bare = without_strings(code);
+    let bytes = bare.as_bytes();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(pos) = bare[from..].find("dig(") {
+        let at = from + pos;
+        from = at + "dig(".len();
+        if at > 0 && is_ident(bytes[at - 1]) {
+            continue;
+        }
+        let open = from + (bare[from..].len() - bare[from..].trim_start().len());
+        let Some(quote) = bare[open..].chars().next().filter(|c| *c == '"' || *c == '\'') else {
+            continue;
+        };
+        let Some(close) = bare[open + 1..].find(quote).map(|i| open + 1 + i) else {
+            continue;
+        };
+        let literal = &code[open + 1..close];
+        if literal.contains('/') {
+            found.push(literal.to_owned());
+        }
+    }
+    found
 }
 
 /// A read into a child: `children.<id>.<more>` with `path` = `<id>.<more>`.
@@ -259,6 +295,16 @@ fn without_strings(code: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_dotted_dig_path_with_a_prefixed_key_is_found_and_a_list_path_is_not() {
+        let code = r#"metadata | dig("annotations.kro.run/reconcile", "") ~ x | dig('a.b') ~ y | dig(["annotations", "a.b/c"])"#;
+        assert_eq!(
+            super::dig_paths_with_slashes(code),
+            vec!["annotations.kro.run/reconcile"]
+        );
+        assert!(super::dig_paths_with_slashes("undig('a/b')").is_empty());
+    }
+
     use super::*;
 
     fn paths(code: &str) -> Vec<String> {

@@ -6,10 +6,12 @@
 //! auto-escapes: minijinja would choose HTML or JSON escaping from a template's file extension
 //! (and an inline template's name ends in its field path, say `status.fields.html`).
 
+pub mod callees;
+pub mod functions;
 pub mod inert;
 pub mod placeholder;
 
-use minijinja::value::{Serde, Value, ValueKind};
+use minijinja::value::{Serde, Value};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
 pub use placeholder::Placeholders;
@@ -103,32 +105,8 @@ fn strict_environment() -> Environment<'static> {
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_fuel(Some(FUEL));
-    env.add_filter("dig", dig);
-    env.add_function("fail", fail);
+    functions::register(&mut env);
     env
-}
-
-/// `fail("why")`: ends rendering with this message (located at the template's line), for a
-/// template that refuses a value rather than render it, e.g. a `system:` user name.
-fn fail(message: String) -> Result<Value, minijinja::Error> {
-    Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message))
-}
-
-/// `value | dig("a.b.0.c", default)`: a nested lookup that yields `default` (or none) where
-/// strict mode would fail on a missing key, e.g. `children | dig("db.status.readyReplicas", 0)`.
-fn dig(value: Value, path: &str, default: Option<Value>) -> Value {
-    let mut current = value;
-    for segment in path.split('.') {
-        let next = match segment.parse::<usize>() {
-            Ok(index) if current.kind() == ValueKind::Seq => current.get_item_by_index(index),
-            _ => current.get_attr(segment),
-        };
-        match next {
-            Ok(found) if !found.is_undefined() && !found.is_none() => current = found,
-            _ => return default.unwrap_or_else(|| Value::from(())),
-        }
-    }
-    current
 }
 
 impl Default for Renderer {
@@ -148,6 +126,7 @@ impl Renderer {
     /// Compiles an object template (rendered through the injection guard).
     pub fn add_yaml_template(&mut self, name: String, source: String) -> Result<(), CompileError> {
         let label = name.clone();
+        refuse_unknown_callees(callees::unknown_callees(&self.yaml, &label, &source), &label)?;
         self.yaml
             .add_template_owned(name, source)
             .map_err(|e| CompileError::from_minijinja(&label, &e))
@@ -156,6 +135,7 @@ impl Renderer {
     /// Compiles an inline string template (status fields, reasons, URLs).
     pub fn add_text_template(&mut self, name: String, source: String) -> Result<(), CompileError> {
         let label = name.clone();
+        refuse_unknown_callees(callees::unknown_callees(&self.text, &label, &source), &label)?;
         self.text
             .add_template_owned(name, source)
             .map_err(|e| CompileError::from_minijinja(&label, &e))
@@ -170,8 +150,11 @@ impl Renderer {
     pub fn check_expression(&self, label: &str, expression: &str) -> Result<(), CompileError> {
         self.text
             .compile_expression(expression)
-            .map(drop)
-            .map_err(|e| CompileError::from_minijinja(label, &e))
+            .map_err(|e| CompileError::from_minijinja(label, &e))?;
+        refuse_unknown_callees(
+            callees::unknown_callees_of_expression(&self.text, label, expression),
+            label,
+        )
     }
 
     /// Renders an object template to YAML text and the strings to put back once it is parsed
@@ -210,6 +193,22 @@ impl Renderer {
     /// Evaluates an expression for its truth (`when`): a strict boolean reading of the value.
     pub fn eval_bool(&self, label: &str, expression: &str, context: &Value) -> Result<bool, RenderError> {
         self.eval(label, expression, context).map(|v| v.is_true())
+    }
+}
+
+/// The first filter or test a template names that does not exist, as a compile error.
+fn refuse_unknown_callees(unknown: Vec<callees::UnknownCallee>, name: &str) -> Result<(), CompileError> {
+    match unknown.into_iter().next() {
+        None => Ok(()),
+        Some(callee) => Err(CompileError {
+            name: name.to_owned(),
+            line: callee.line,
+            range: None,
+            message: format!(
+                "unknown {} `{}` (the filters and tests there are: docs/reference/templates.md)",
+                callee.what, callee.name
+            ),
+        }),
     }
 }
 
@@ -253,22 +252,6 @@ pub fn to_value<T: Serialize>(value: &T) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn eval(expression: &str, context: serde_json::Value) -> String {
-        Renderer::default()
-            .eval("test", expression, &to_value(&context))
-            .expect("evaluates")
-            .to_string()
-    }
-
-    #[test]
-    fn dig_reaches_nested_values_and_falls_back() {
-        let ctx = serde_json::json!({"c": {"db": {"status": {"n": 3}, "list": [{"x": 1}]}}});
-        assert_eq!(eval("c | dig('db.status.n', 0)", ctx.clone()), "3");
-        assert_eq!(eval("c | dig('db.list.0.x')", ctx.clone()), "1");
-        assert_eq!(eval("c | dig('db.missing.n', 0)", ctx.clone()), "0");
-        assert_eq!(eval("c | dig('nope') is none", ctx), "True");
-    }
 
     /// Renders `source` as an object template called `name`, parses and restores it.
     fn object(name: &str, source: &str, context: serde_json::Value) -> Result<serde_json::Value, String> {
