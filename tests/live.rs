@@ -337,3 +337,55 @@ fn typed_status_values_reach_a_crd_whose_status_schema_is_typed_and_a_failing_on
     );
     kind.uninstall();
 }
+
+#[test]
+fn a_rule_watching_a_statefulset_decorates_it_and_writes_nothing_into_it() {
+    let ns = Namespace::new("live-decorator");
+    let (rules, templates) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    std::fs::write(
+        rules.path().join("service-per-pod.yaml"),
+        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: service-per-pod\nspec:\n  watch:\n    apiVersion: apps/v1\n    kind: StatefulSet\n  children:\n    - id: pods\n      apiVersion: v1\n      kind: Service\n      forEach: range(spec.replicas)\n      key: \"{{ item }}\"\n      template: pod-service.yaml.j2\n",
+    )
+    .expect("write rule");
+    std::fs::write(
+        templates.path().join("pod-service.yaml.j2"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ metadata.name }}-{{ item }}\nspec:\n  selector:\n    statefulset.kubernetes.io/pod-name: {{ metadata.name }}-{{ item }}\n  ports: [{port: 80}]\n",
+    )
+    .expect("write template");
+    apply_yaml(
+        &ns.0,
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  serviceName: web\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: nginx, image: nginx}]}\n",
+    );
+    // What the StatefulSet controller would have written (this control plane runs none).
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "statefulset/web",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status": {"observedGeneration": 1, "replicas": 2}}"#,
+    ]);
+    let before = get(&ns.0, "statefulset/web", "{.status}");
+    let mark = audit::AuditMark::now();
+    let operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    wait_until(WAIT, "a Service per pod", || {
+        exists(&ns.0, "service/web-0") && exists(&ns.0, "service/web-1")
+    });
+    operator.idle_reconciles("service-per-pod");
+    assert_eq!(
+        get(&ns.0, "statefulset/web", "{.status}"),
+        before,
+        "the StatefulSet controller's status is untouched"
+    );
+    let writes = mark.ruleop_writes(&["statefulsets"]);
+    assert!(
+        writes.is_empty(),
+        "ruleop wrote into the StatefulSet:{}",
+        audit::listing(&writes)
+    );
+}

@@ -412,6 +412,10 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
     }
     match &plan.status_patch {
         Some(patch) => out.push_str(&commented(&yaml::to_string(patch), "# ")),
+        None if !rule.writes_status() => out.push_str(&format!(
+            "# (none: the rule writes no status into {}, see status.write)\n",
+            rule.spec.watch.kind
+        )),
         None => out.push_str("# (none: status already up to date)\n"),
     }
     out

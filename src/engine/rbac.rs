@@ -1,6 +1,7 @@
 //! `ruleop rbac`: the minimal ClusterRole the rules need, derived from the kinds they declare.
 //!
-//! Watched kinds: get/list/watch, and patch on their status; patch on the parent itself when
+//! Watched kinds: get/list/watch, and patch on their status when the rule writes it (not into a
+//! built-in kind by default, `status.write`); patch on the parent itself when
 //! the rule needs the `ruleop.io/cleanup` finalizer (label-owned children or `on: delete`
 //! actions). Child kinds (cluster-scoped ones too): get/list/watch (the caches), create/patch
 //! (server-side apply) and delete (prune and cleanup). Kinds created by actions: create, plus
@@ -67,7 +68,9 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
     for rule in &set.rules {
         let watch = &rule.spec.watch;
         grant(&watch.api_version, &watch.kind, "", &["get", "list", "watch"])?;
-        grant(&watch.api_version, &watch.kind, "/status", &["get", "patch"])?;
+        if rule.writes_status() {
+            grant(&watch.api_version, &watch.kind, "/status", &["get", "patch"])?;
+        }
         for child in &rule.spec.children {
             grant(
                 &child.api_version,

@@ -135,6 +135,7 @@ impl Shared {
         ));
         let shared = Arc::downgrade(self);
         let served_kind = served.clone();
+        let writes_status = rule.writes_status();
         let reporter = SkipReporter::new(
             resource.clone(),
             self.recorder.clone(),
@@ -147,7 +148,7 @@ impl Shared {
                 }
                 // Another replica's parent (`--shards`) is marked there.
                 let held = shared.writers.of(metadata.uid.as_deref().unwrap_or_default()).held();
-                if parents && held && matches!(why, Skipped::TooLarge { .. }) {
+                if parents && writes_status && held && matches!(why, Skipped::TooLarge { .. }) {
                     let (served, metadata, why) = (served_kind.clone(), metadata.clone(), why.clone());
                     tokio::spawn(async move {
                         let now = crate::runtime::clock::now_rfc3339();
@@ -665,7 +666,7 @@ async fn reconcile_parent(
     let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {
-            report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
+            report_failure(&cluster, &handle, rule, &parent_json, e.reason(), &e.to_string(), &now).await;
             return Err(e.into());
         }
     };
@@ -697,7 +698,7 @@ async fn reconcile_parent(
             Ok(Action::requeue(after))
         }
         Err(e @ ApplyError::Immutable { .. }) => {
-            report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
+            report_failure(&cluster, &handle, rule, &parent_json, e.reason(), &e.to_string(), &now).await;
             let resync = rule.resync.unwrap_or(ctx.shared.default_resync);
             ctx.triggers.schedule(parent_key(parent), resync, Trigger::Resync);
             Ok(Action::requeue(resync))
@@ -707,7 +708,7 @@ async fn reconcile_parent(
             Err(e.into())
         }
         Err(e) => {
-            report_failure(&cluster, &handle, &parent_json, e.reason(), &e.to_string(), &now).await;
+            report_failure(&cluster, &handle, rule, &parent_json, e.reason(), &e.to_string(), &now).await;
             Err(e.into())
         }
     }
@@ -906,10 +907,12 @@ fn hold_drift_repairs(
     }
 }
 
-/// Writes `Ready=False` with the reason (only when that changes the status) and an Event then.
+/// Writes `Ready=False` with the reason (only when that changes the status) and an Event then;
+/// for a rule that writes no status, the Event alone (repeats join its series).
 async fn report_failure(
     cluster: &Cluster<'_>,
     handle: &ParentHandle,
+    rule: &Rule,
     parent: &Value,
     reason: &str,
     message: &str,
@@ -918,6 +921,10 @@ async fn report_failure(
     let message = bounded(message, MESSAGE_LIMIT);
     // Not `message`: JSON logs would put it under the same key as the log line's own message.
     warn!(parent = %handle.name, reason, error = %message, "reconcile failed");
+    if !rule.writes_status() {
+        events::publish(cluster, handle, None, EventType::Warning, reason, message.into_owned());
+        return;
+    }
     let Some(patch) = plan::failure_status_patch(parent, reason, &message, now) else {
         return;
     };

@@ -218,8 +218,24 @@ pub fn plan(
     plan_with(renderer, rule, parent, observed, &NoLookups, now)
 }
 
-/// Computes the plan for one parent, reading looked-up objects from `lookups`.
+/// Computes the plan for one parent, reading looked-up objects from `lookups`. A rule that does
+/// not write status (`spec.status.write`, off for built-in kinds) plans no status patch.
 pub fn plan_with(
+    renderer: &Renderer,
+    rule: &Rule,
+    parent: &Value,
+    observed: &[Value],
+    lookups: &dyn LookupSource,
+    now: &str,
+) -> Result<Plan, PlanError> {
+    let mut plan = plan_parent(renderer, rule, parent, observed, lookups, now)?;
+    if !rule.writes_status() {
+        plan.status_patch = None;
+    }
+    Ok(plan)
+}
+
+fn plan_parent(
     renderer: &Renderer,
     rule: &Rule,
     parent: &Value,

@@ -268,6 +268,17 @@ impl RuleChecker<'_> {
         if spec.watch.kind.is_empty() {
             self.report(name_at.clone(), "spec.watch.kind must not be empty", None);
         }
+        // `ruleop run` refuses it too, from discovery (custom cluster-scoped kinds are caught there).
+        if crate::engine::plan::builtin::is_cluster_scoped(&spec.watch.api_version, &spec.watch.kind) {
+            self.report(
+                name_at.clone(),
+                format!(
+                    "spec.watch: {} {} is cluster-scoped; only namespaced parents are supported",
+                    spec.watch.api_version, spec.watch.kind
+                ),
+                Some("watch a namespaced kind; a cluster-scoped parent is not supported yet"),
+            );
+        }
         let resync =
             spec.resync
                 .as_ref()
@@ -341,6 +352,7 @@ impl RuleChecker<'_> {
                 }
             }
         }
+        self.check_status_written(spec);
         let mut condition_types = BTreeMap::new();
         for (i, condition) in spec.status.conditions.iter().enumerate() {
             let at = self.at(&condition.when);
@@ -413,6 +425,51 @@ impl RuleChecker<'_> {
                     }
                 )),
             );
+        }
+    }
+
+    /// A rule that writes no status (`status.write: false`, the default for a built-in kind) can
+    /// have nothing that lives there: status fields, conditions, or actions (whose runs are
+    /// recorded in `status.actions`).
+    fn check_status_written(&mut self, spec: &RuleSpec) {
+        let watch = &spec.watch;
+        if spec
+            .status
+            .write
+            .unwrap_or_else(|| !super::is_built_in_api(&watch.api_version))
+        {
+            return;
+        }
+        let why = if spec.status.write == Some(false) {
+            "this rule sets status.write: false".to_owned()
+        } else {
+            format!(
+                "{} {} is a built-in kind whose status belongs to its own controller, so the rule writes none",
+                watch.api_version, watch.kind
+            )
+        };
+        let hint =
+            "decorate it with children only; set status.write: true only for a kind whose status no controller owns";
+        let mut located: Vec<(SourceLocation, String)> = spec
+            .status
+            .fields
+            .iter()
+            .map(|(field, source)| (self.at(source), format!("status.fields.{field}")))
+            .collect();
+        located.extend(
+            spec.status
+                .conditions
+                .iter()
+                .map(|c| (self.at(&c.when), format!("status.conditions[{}]", c.type_))),
+        );
+        located.extend(spec.actions.iter().map(|a| {
+            (
+                self.at(&a.id),
+                format!("actions.{} (runs are recorded in status.actions)", a.id.value),
+            )
+        }));
+        for (at, what) in located {
+            self.report(at, format!("{what}: {why}"), Some(hint));
         }
     }
 

@@ -29,10 +29,29 @@ pub struct Rule {
     pub cluster_scoped: std::collections::BTreeSet<(String, String)>,
 }
 
+/// Whether an `apiVersion` is one of Kubernetes' own APIs: the core group (`v1`), a group
+/// without a dot (`apps`, `batch`, `policy`, ...) or one under `k8s.io`, a suffix reserved for
+/// the Kubernetes project (a CRD there needs an API-review approval).
+pub fn is_built_in_api(api_version: &str) -> bool {
+    match api_version.split_once('/') {
+        None => true,
+        Some((group, _)) => !group.contains('.') || group == "k8s.io" || group.ends_with(".k8s.io"),
+    }
+}
+
 impl Rule {
     /// The name under which an inline string (status field, reason, URL) of this rule is compiled.
     pub fn inline_template(&self, field_path: &str) -> String {
         inline_template_name(&self.name, field_path)
+    }
+
+    /// Whether the engine writes the watched object's status (`spec.status.write`, by default
+    /// only into custom resources: a built-in kind's status belongs to its own controller).
+    pub fn writes_status(&self) -> bool {
+        self.spec
+            .status
+            .write
+            .unwrap_or_else(|| !is_built_in_api(&self.spec.watch.api_version))
     }
 
     /// The child with that id.

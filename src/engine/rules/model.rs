@@ -324,6 +324,13 @@ pub struct StatusSpec {
     /// Conditions in the standard Kubernetes shape. `Ready` is managed by the engine unless defined here.
     #[serde(default)]
     pub conditions: Vec<ConditionSpec>,
+    /// Whether the engine writes the watched object's status at all (`Ready`,
+    /// `observedGeneration`, fields, conditions, action records). Default: `true` for custom
+    /// resources, `false` for built-in kinds (`v1`, `apps/v1`, `*.k8s.io`, ...), whose status
+    /// belongs to their own controller: a rule that decorates a StatefulSet must not reset its
+    /// `observedGeneration`. Without it the rule can have no status fields, conditions or actions.
+    #[serde(default)]
+    pub write: Option<bool>,
 }
 
 /// Where a status field's value comes from.
