@@ -38,9 +38,11 @@ impl ParentRef {
     pub fn read(parent: &Value) -> Result<Self, PlanError> {
         let text = |pointer: &str| parent.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
         let missing = |what: &str| PlanError::InvalidParent(format!("the custom resource has no {what}"));
-        if !parent.get("spec").is_some_and(Value::is_object) {
+        // A parent without spec (a ConfigMap, a Namespace) is fine: templates see `spec` as `{}`
+        // and read `object`; a spec that is there must be a mapping.
+        if parent.get("spec").is_some_and(|spec| !spec.is_object()) {
             return Err(PlanError::InvalidParent(
-                "the custom resource has no spec (or spec is not a mapping)".to_owned(),
+                "the parent's spec is not a mapping".to_owned(),
             ));
         }
         Ok(ParentRef {
