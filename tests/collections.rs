@@ -312,3 +312,58 @@ fn a_lookup_added_by_a_reload_starts_its_cache_and_follows_edits() {
         color() == "red"
     });
 }
+
+#[test]
+fn a_list_lookup_propagates_every_labelled_configmap_and_follows_new_matches_and_removals() {
+    let ns = Namespace::new("coll-list");
+    let rule = r#"  lookups:
+    - id: shared
+      apiVersion: v1
+      kind: ConfigMap
+      list: true
+      matchLabels: {propagate: "true"}
+  children:
+    - id: copies
+      apiVersion: v1
+      kind: ConfigMap
+      forEach: lookups.shared
+      key: "{{ item.metadata.name }}"
+      template: app/copy.yaml.j2
+  status:
+    fields:
+      copied: {value: "lookups.shared | length"}
+"#;
+    let copy = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-{{ item.metadata.name }}\ndata: {{ item.data | tojson }}\n";
+    let setup = Setup::start(&ns, "coll-list", rule, &[("app/copy.yaml.j2", copy)]);
+    let labelled = |name: &str, value: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  labels: {{propagate: \"true\"}}\ndata: {{v: {value}}}\n"
+        )
+    };
+    apply_yaml(&ns.0, &labelled("tls", "pem"));
+    apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: private}\ndata: {v: x}\n",
+    );
+    apply_yaml(&ns.0, &setup.kind.object("web", "{}"));
+    let copied = || get(&ns.0, &setup.app("web"), "{.status.copied}");
+    wait_until(WAIT, "the one labelled ConfigMap copied", || {
+        exists(&ns.0, "configmap/web-tls") && copied() == "1"
+    });
+    assert!(
+        !exists(&ns.0, "configmap/web-private"),
+        "an unlabelled ConfigMap is not read"
+    );
+
+    // A new match: no parent read it by name, the list brings it.
+    apply_yaml(&ns.0, &labelled("logging", "info"));
+    wait_until(WAIT, "the new match copied", || {
+        get(&ns.0, "configmap/web-logging", "{.data.v}") == "info" && copied() == "2"
+    });
+    // A match that loses its label leaves the list: its copy is pruned.
+    kubectl_ok(&["label", "-n", &ns.0, "configmap/tls", "propagate-"]);
+    wait_until(WAIT, "the copy of the unlabelled one pruned", || {
+        !exists(&ns.0, "configmap/web-tls") && copied() == "1"
+    });
+    assert_eq!(get(&ns.0, "configmap/web-logging", "{.data.v}"), "info");
+}

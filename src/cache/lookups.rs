@@ -1,6 +1,7 @@
 //! Lookups at run time: one watched cache per looked-up kind of a rule (all namespaces, no label
-//! selector), and an index from each looked-up object to the parents whose last plan read it, so
-//! a change to that object re-reconciles exactly those parents.
+//! selector), and an index from each looked-up object to the parents whose last plan read it (by
+//! name, or by listing its namespace or every namespace), so a change to that object, a new
+//! match included, re-reconciles exactly those parents.
 //!
 //! The index is fed by the reconciles (what each plan read, through [`Recording`]) and read by
 //! the caches' watch streams; neither holds a client.
@@ -20,7 +21,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::cache::discovery::{Kinds, NotResolved, ServedKind};
-use crate::engine::plan::lookups::{LookupKey, LookupSource};
+use crate::engine::plan::lookups::{ALL_NAMESPACES, LookupKey, LookupSource};
 use crate::engine::rules::Rule;
 
 /// A parent of one rule: (namespace, name).
@@ -56,6 +57,24 @@ impl LookupIndex {
         if let Ok(mut inner) = self.inner.lock() {
             inner.unlink(parent);
         }
+    }
+
+    /// The parents whose last plan read the object of `key` by name, or listed its namespace
+    /// (or every namespace): each once.
+    pub fn readers_covering(&self, key: &LookupKey, namespaced: bool) -> Vec<ParentKey> {
+        let list = |namespace: &str| LookupKey {
+            namespace: namespace.to_owned(),
+            name: String::new(),
+            ..key.clone()
+        };
+        let mut keys = vec![key.clone(), list(&key.namespace)];
+        if namespaced {
+            keys.push(list(ALL_NAMESPACES));
+        }
+        let mut readers: Vec<ParentKey> = keys.iter().flat_map(|k| self.readers(k)).collect();
+        readers.sort();
+        readers.dedup();
+        readers
     }
 
     /// The parents whose last plan read `key`.
@@ -119,7 +138,8 @@ impl RuleLookups {
         }
     }
 
-    /// The key as the cache knows it: no namespace for cluster-scoped kinds.
+    /// The key as the cache knows it: no namespace for cluster-scoped kinds (a list of every
+    /// namespace included).
     fn normalize(&self, key: &LookupKey) -> LookupKey {
         let mut key = key.clone();
         if self
@@ -133,6 +153,16 @@ impl RuleLookups {
     }
 }
 
+/// A cached object as a plan reads it, with its type fields (objects from a LIST carry none).
+fn typed_json(object: &DynamicObject, key: &LookupKey) -> Option<Value> {
+    let mut json = serde_json::to_value(object).ok()?;
+    if let Some(map) = json.as_object_mut() {
+        map.insert("apiVersion".to_owned(), Value::from(key.api_version.clone()));
+        map.insert("kind".to_owned(), Value::from(key.kind.clone()));
+    }
+    Some(json)
+}
+
 impl LookupSource for RuleLookups {
     fn get(&self, key: &LookupKey) -> Option<Value> {
         let cache = self.caches.get(&(key.api_version.clone(), key.kind.clone()))?;
@@ -140,14 +170,20 @@ impl LookupSource for RuleLookups {
         if cache.namespaced {
             reference = reference.within(&key.namespace);
         }
-        let object = cache.store.get(&reference)?;
-        let mut json = serde_json::to_value(object.as_ref()).ok()?;
-        if let Some(map) = json.as_object_mut() {
-            // Objects from a LIST carry no type fields.
-            map.insert("apiVersion".to_owned(), Value::from(key.api_version.clone()));
-            map.insert("kind".to_owned(), Value::from(key.kind.clone()));
-        }
-        Some(json)
+        typed_json(cache.store.get(&reference)?.as_ref(), key)
+    }
+
+    fn list(&self, key: &LookupKey) -> Vec<Value> {
+        let Some(cache) = self.caches.get(&(key.api_version.clone(), key.kind.clone())) else {
+            return Vec::new();
+        };
+        cache
+            .store
+            .state()
+            .iter()
+            .filter(|object| !cache.namespaced || key.covers(&object.namespace().unwrap_or_default(), ""))
+            .filter_map(|object| typed_json(object, key))
+            .collect()
     }
 }
 
@@ -166,13 +202,23 @@ impl Recording<'_> {
     }
 }
 
-impl LookupSource for Recording<'_> {
-    fn get(&self, key: &LookupKey) -> Option<Value> {
+impl Recording<'_> {
+    fn remember(&self, key: &LookupKey) -> LookupKey {
         let key = self.lookups.normalize(key);
         if let Ok(mut read) = self.read.lock() {
             read.push(key.clone());
         }
-        self.lookups.get(&key)
+        key
+    }
+}
+
+impl LookupSource for Recording<'_> {
+    fn get(&self, key: &LookupKey) -> Option<Value> {
+        self.lookups.get(&self.remember(key))
+    }
+
+    fn list(&self, key: &LookupKey) -> Vec<Value> {
+        self.lookups.list(&self.remember(key))
     }
 }
 
@@ -226,7 +272,7 @@ pub fn start(
                     name: object.name_any(),
                 };
                 let mut due = Vec::new();
-                for parent in index.readers(&key) {
+                for parent in index.readers_covering(&key, namespaced) {
                     let reference = ObjectRef::new_with(&parent.1, parent_resource.clone()).within(&parent.0);
                     if parents.get(&reference).is_some() {
                         due.push(reference);
@@ -275,6 +321,29 @@ mod tests {
 
     fn parent(name: &str) -> ParentKey {
         ("ns".into(), name.into())
+    }
+
+    #[test]
+    fn a_list_read_covers_every_object_of_its_namespace_or_of_all_namespaces() {
+        let index = LookupIndex::default();
+        let list = |namespace: &str| LookupKey {
+            namespace: namespace.into(),
+            name: String::new(),
+            ..key("")
+        };
+        index.record(parent("by-name"), vec![key("defaults")]);
+        index.record(parent("lists-ns"), vec![list("ns")]);
+        index.record(parent("lists-all"), vec![list(ALL_NAMESPACES)]);
+        index.record(parent("lists-other"), vec![list("other")]);
+        assert_eq!(
+            index.readers_covering(&key("defaults"), true),
+            vec![parent("by-name"), parent("lists-all"), parent("lists-ns")]
+        );
+        assert_eq!(
+            index.readers_covering(&key("new-match"), true),
+            vec![parent("lists-all"), parent("lists-ns")],
+            "an object no one read by name reaches the lists"
+        );
     }
 
     #[test]

@@ -255,14 +255,20 @@ impl ObservedLookups {
         let text = |p: &str| object.pointer(p).and_then(Value::as_str);
         text("/apiVersion") == Some(key.api_version.as_str())
             && text("/kind") == Some(key.kind.as_str())
-            && text("/metadata/name") == Some(key.name.as_str())
-            && text("/metadata/namespace").is_none_or(|ns| ns == key.namespace)
+            && match text("/metadata/namespace") {
+                Some(namespace) => key.covers(namespace, text("/metadata/name").unwrap_or_default()),
+                None => key.is_list() || text("/metadata/name") == Some(key.name.as_str()),
+            }
     }
 }
 
 impl LookupSource for ObservedLookups {
     fn get(&self, key: &LookupKey) -> Option<Value> {
         self.0.iter().find(|o| self.matches(o, key)).cloned()
+    }
+
+    fn list(&self, key: &LookupKey) -> Vec<Value> {
+        self.0.iter().filter(|o| self.matches(o, key)).cloned().collect()
     }
 }
 
@@ -356,6 +362,11 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
         out.push_str(&format!("# === lookups ({}) ===\n", plan.lookups.len()));
         for read in &plan.lookups {
             match (&read.target, read.found) {
+                (Some(target), _) if read.count.is_some() => out.push_str(&format!(
+                    "# {}: {target}: list of {}\n",
+                    read.id,
+                    read.count.unwrap_or_default()
+                )),
                 (Some(target), true) => out.push_str(&format!("# {}: {target}: found\n", read.id)),
                 (Some(target), false) => out.push_str(&format!("# {}: {target}: absent (none)\n", read.id)),
                 (None, _) => out.push_str(&format!("# {}: name is empty: none\n", read.id)),

@@ -327,12 +327,16 @@ async fn list_children(
     Ok(by_parent)
 }
 
-/// Looked-up objects, read once each.
-struct ReadLookups(BTreeMap<LookupKey, Option<Value>>);
+/// Looked-up objects, read once per key: none or one by name, every match for a list key.
+struct ReadLookups(BTreeMap<LookupKey, Vec<Value>>);
 
 impl LookupSource for ReadLookups {
     fn get(&self, key: &LookupKey) -> Option<Value> {
-        self.0.get(key).cloned().flatten()
+        self.0.get(key).and_then(|objects| objects.first().cloned())
+    }
+
+    fn list(&self, key: &LookupKey) -> Vec<Value> {
+        self.0.get(key).cloned().unwrap_or_default()
     }
 }
 
@@ -360,14 +364,25 @@ async fn read_lookups(
             if read.contains_key(&key) {
                 continue;
             }
-            let api = api_for(client, kinds, &key.api_version, &key.kind, Some(&key.namespace))?;
-            let object = api
-                .get_opt(&key.name)
-                .await
-                .with_context(|| format!("reading lookup {} {}/{}", key.kind, key.namespace, key.name))?
-                .and_then(|o| serde_json::to_value(o).ok())
-                .map(strip_managed_fields);
-            read.insert(key, object);
+            let namespace = Some(key.namespace.as_str()).filter(|ns| *ns != plan::lookups::ALL_NAMESPACES);
+            let api = api_for(client, kinds, &key.api_version, &key.kind, namespace)?;
+            let objects = if key.is_list() {
+                let mut params = ListParams::default();
+                if let Some(selector) = rule.lookup_selector(&key.api_version, &key.kind) {
+                    params = params.labels(&selector);
+                }
+                list_values(client, &api, &params, &key.api_version, &key.kind)
+                    .await
+                    .with_context(|| format!("listing lookup {key}"))?
+            } else {
+                api.get_opt(&key.name)
+                    .await
+                    .with_context(|| format!("reading lookup {key}"))?
+                    .and_then(|o| serde_json::to_value(o).ok())
+                    .into_iter()
+                    .collect()
+            };
+            read.insert(key, objects.into_iter().map(strip_managed_fields).collect());
         }
     }
     Ok(ReadLookups(read))

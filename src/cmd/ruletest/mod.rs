@@ -454,7 +454,9 @@ pub fn error_location(error: &PlanError) -> Option<String> {
             _ => None,
         },
         PlanError::InvalidChild { template, .. } | PlanError::PlanTooLarge { template, .. } => Some(template.clone()),
-        PlanError::ForEach { at, .. } | PlanError::LookupNamespaceNotAllowed { at, .. } => Some(at.clone()),
+        PlanError::ForEach { at, .. }
+        | PlanError::LookupNamespaceNotAllowed { at, .. }
+        | PlanError::LookupTooLarge { at, .. } => Some(at.clone()),
         PlanError::InvalidParent(_) | PlanError::NamespaceNotAllowed { .. } => None,
     }
 }

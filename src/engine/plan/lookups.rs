@@ -1,6 +1,7 @@
 //! Lookups: read-only objects a rule reads but does not own, resolved through a
 //! [`LookupSource`] (the watched caches at run time, the `--observed` directory offline). A
-//! missing object is `none` in the context, never an error.
+//! missing object is `none` in the context, never an error; a list lookup (`list: true`) is the
+//! list of every object that carries its `matchLabels`, bounded by its `maxItems`.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -20,15 +21,35 @@ pub struct LookupKey {
     pub api_version: String,
     /// Kind.
     pub kind: String,
-    /// Namespace (the source ignores it for cluster-scoped kinds).
+    /// Namespace (the source ignores it for cluster-scoped kinds); [`ALL_NAMESPACES`] for a list
+    /// lookup of every namespace.
     pub namespace: String,
-    /// Name.
+    /// Name; empty for a list lookup: every object in the namespace.
     pub name: String,
+}
+
+/// A list lookup's namespace that means every namespace.
+pub const ALL_NAMESPACES: &str = "*";
+
+/// The default bound of a list lookup.
+pub const DEFAULT_MAX_ITEMS: usize = 100;
+
+impl LookupKey {
+    /// Whether this reads every object of the namespace (a list lookup), not one by name.
+    pub fn is_list(&self) -> bool {
+        self.name.is_empty()
+    }
+
+    /// Whether `object` (its namespace and name) is what this key reads.
+    pub fn covers(&self, namespace: &str, name: &str) -> bool {
+        (self.namespace == ALL_NAMESPACES || self.namespace == namespace) && (self.is_list() || self.name == name)
+    }
 }
 
 impl std::fmt::Display for LookupKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        let name = if self.is_list() { "*" } else { &self.name };
+        write!(f, "{} {}/{name}", self.kind, self.namespace)
     }
 }
 
@@ -37,6 +58,8 @@ impl std::fmt::Display for LookupKey {
 pub trait LookupSource {
     /// The object, or `None` when it does not exist.
     fn get(&self, key: &LookupKey) -> Option<Value>;
+    /// Every object a list key covers ([`LookupKey::covers`]), in any order.
+    fn list(&self, key: &LookupKey) -> Vec<Value>;
 }
 
 /// No object exists (plans of rules without lookups, tests).
@@ -45,6 +68,10 @@ pub struct NoLookups;
 impl LookupSource for NoLookups {
     fn get(&self, _key: &LookupKey) -> Option<Value> {
         None
+    }
+
+    fn list(&self, _key: &LookupKey) -> Vec<Value> {
+        Vec::new()
     }
 }
 
@@ -56,8 +83,11 @@ pub struct LookupRead {
     pub id: String,
     /// The object it read; `None` when its name rendered empty (no lookup).
     pub target: Option<LookupKey>,
-    /// Whether the object exists.
+    /// Whether the object exists (a list lookup: whether any matched).
     pub found: bool,
+    /// A list lookup's matches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<usize>,
 }
 
 /// The objects every lookup of `rule` reads, from its name and namespace templates over the
@@ -73,7 +103,10 @@ pub fn keys(
         let id = &lookup.id.value;
         let render =
             |field: &str| renderer.render_text(&rule.inline_template(&format!("lookups.{id}.{field}")), parent_context);
-        let name = render("name")?.trim().to_owned();
+        let name = match lookup.name {
+            Some(_) => render("name")?.trim().to_owned(),
+            None => String::new(),
+        };
         let namespace = match &lookup.namespace {
             Some(template) => {
                 let namespace = render("namespace")?.trim().to_owned();
@@ -82,7 +115,7 @@ pub fn keys(
             }
             None => String::new(),
         };
-        let key = (!name.is_empty()).then(|| LookupKey {
+        let key = (lookup.list || !name.is_empty()).then(|| LookupKey {
             api_version: lookup.api_version.clone(),
             kind: lookup.kind.clone(),
             namespace: if namespace.is_empty() {
@@ -157,6 +190,32 @@ pub fn resolve(
         .into_iter()
         .zip(&rule.spec.lookups)
     {
+        if let Some(list_key) = key.as_ref().filter(|k| k.is_list()) {
+            let mut objects: Vec<Value> = source
+                .list(list_key)
+                .into_iter()
+                .filter(|object| has_labels(object, &lookup.match_labels))
+                .collect();
+            let max = lookup.max_items.unwrap_or(DEFAULT_MAX_ITEMS);
+            if objects.len() > max {
+                return Err(PlanError::LookupTooLarge {
+                    id,
+                    at: SourceLocation::from_span(&rule.file, &lookup.id.referenced).to_string(),
+                    count: objects.len(),
+                    max,
+                });
+            }
+            let text = |o: &Value, p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+            objects.sort_by_key(|o| (text(o, "/metadata/namespace"), text(o, "/metadata/name")));
+            reads.push(LookupRead {
+                id: id.clone(),
+                found: !objects.is_empty(),
+                count: Some(objects.len()),
+                target: key,
+            });
+            context.insert(id, Value::Array(objects));
+            continue;
+        }
         let object = key
             .as_ref()
             .and_then(|k| source.get(k))
@@ -164,6 +223,7 @@ pub fn resolve(
         reads.push(LookupRead {
             id: id.clone(),
             found: object.is_some(),
+            count: None,
             target: key,
         });
         context.insert(id, object.unwrap_or(Value::Null));

@@ -83,6 +83,20 @@ pub enum PlanError {
         /// The rule's allowed namespaces, for the message.
         allowed: String,
     },
+    /// A list lookup matched more objects than its `maxItems`.
+    #[error(
+        "{at}: lookup {id:?} matched {count} objects, more than its maxItems ({max}); narrow its matchLabels or namespace, or raise maxItems"
+    )]
+    LookupTooLarge {
+        /// Lookup id.
+        id: String,
+        /// Where the lookup is written (file:line:col).
+        at: String,
+        /// How many objects matched.
+        count: usize,
+        /// Its bound.
+        max: usize,
+    },
     /// A child rendered, but not as the one object its rule declares.
     #[error("child {id:?} ({template}): {message}")]
     InvalidChild {
@@ -131,6 +145,7 @@ impl PlanError {
             }
             PlanError::ForEach { .. } => "InvalidForEach",
             PlanError::PlanTooLarge { .. } => "PlanTooLarge",
+            PlanError::LookupTooLarge { .. } => "LookupTooLarge",
         }
     }
 }

@@ -586,12 +586,40 @@ impl RuleChecker<'_> {
                     None,
                 );
             }
-            self.compile_inline(
-                rule,
-                &format!("lookups.{id}.name"),
-                &lookup.name.value,
-                self.at(&lookup.name),
-            );
+            match (&lookup.name, lookup.list) {
+                (Some(name), false) => {
+                    self.compile_inline(rule, &format!("lookups.{id}.name"), &name.value, self.at(name));
+                }
+                (None, true) => {}
+                (Some(_), true) | (None, false) => self.report(
+                    self.at(&lookup.id),
+                    format!("lookup {id:?}: give exactly one of name (one object) and list: true (every match)"),
+                    None,
+                ),
+            }
+            if lookup.max_items.is_some() && !lookup.list {
+                self.report(
+                    self.at(&lookup.id),
+                    format!("lookup {id:?}: maxItems bounds a list lookup (list: true)"),
+                    None,
+                );
+            }
+            if let Some(max) = lookup.max_items.filter(|m| *m == 0 || *m > MAX_LOOKUP_ITEMS) {
+                self.report(
+                    self.at(&lookup.id),
+                    format!("lookup {id:?}: maxItems {max} must be 1 to {MAX_LOOKUP_ITEMS}"),
+                    None,
+                );
+            }
+            if let Some(namespace) = lookup.namespace.as_ref().filter(|ns| ns.value.contains('*'))
+                && (namespace.value.trim() != "*" || !lookup.list)
+            {
+                self.report(
+                    self.at(namespace),
+                    format!("lookup {id:?}: namespace \"*\" (every namespace) is for a list lookup, written alone"),
+                    None,
+                );
+            }
             if let Some(namespace) = &lookup.namespace {
                 self.compile_inline(
                     rule,
@@ -760,6 +788,9 @@ fn known(ids: &BTreeMap<String, ()>) -> String {
         ids.keys().cloned().collect::<Vec<_>>().join(", ")
     }
 }
+
+/// The largest `maxItems` of a list lookup.
+pub const MAX_LOOKUP_ITEMS: usize = 1000;
 
 /// Lower-case hex of some bytes.
 pub fn hex(bytes: &[u8]) -> String {

@@ -87,7 +87,7 @@ impl Rule {
 
     /// The one namespace every lookup of a kind reads, when each names it as a constant: its
     /// cache then watches that namespace only. `None`: the parents' namespaces, a template or
-    /// several namespaces.
+    /// several namespaces (`"*"`, a list lookup's every namespace).
     pub fn lookup_namespace(&self, api_version: &str, kind: &str) -> Option<String> {
         let mut namespaces = self
             .spec
@@ -98,7 +98,7 @@ impl Rule {
                 l.namespace
                     .as_ref()
                     .map(|ns| ns.value.trim())
-                    .filter(|ns| !ns.is_empty() && !ns.contains("{{") && !ns.contains("{%"))
+                    .filter(|ns| !ns.is_empty() && *ns != "*" && !ns.contains("{{") && !ns.contains("{%"))
             });
         let first = namespaces.next()??;
         namespaces.all(|ns| ns == Some(first)).then(|| first.to_owned())

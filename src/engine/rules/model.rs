@@ -161,10 +161,21 @@ pub struct LookupSpec {
     /// Kind of the object, e.g. `ConfigMap`.
     pub kind: String,
     /// Name of the object (a Jinja template over the parent); empty means no lookup (none).
-    #[schemars(with = "String")]
-    pub name: Located<String>,
+    /// Exactly one of `name` and `list`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub name: Option<Located<String>>,
+    /// `true`: `lookups.<id>` is the list of every object of the kind in the namespace that
+    /// carries `matchLabels`, sorted by namespace and name. Exactly one of `name` and `list`.
+    #[serde(default)]
+    pub list: bool,
+    /// A list lookup's bound (default 100, at most 1000): more matches fail the plan with
+    /// `LookupTooLarge` instead of growing the render without limit.
+    #[serde(default)]
+    pub max_items: Option<usize>,
     /// Namespace of the object (a Jinja template over the parent); default: the parent's.
-    /// Ignored for cluster-scoped kinds.
+    /// Ignored for cluster-scoped kinds. A list lookup may read every namespace with the
+    /// constant `"*"`.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub namespace: Option<Located<String>>,
