@@ -1,6 +1,6 @@
 //! The filters and functions rules may call beyond minijinja's built-ins: `dig`, `fail`,
-//! encodings and digests, `fromjson`, quantity and semver comparison, and a string derived from
-//! the parent's UID. Each is a pure function of its arguments (and the parent's UID), bounded by
+//! encodings and digests, `fromjson`, quantity and semver comparison, `product` (a `forEach`
+//! over several dimensions), and a string derived from the parent's UID. Each is a pure function of its arguments (and the parent's UID), bounded by
 //! its input, and fails with a message rather than guess.
 
 use std::cmp::Ordering;
@@ -8,10 +8,12 @@ use std::hash::Hasher;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use minijinja::value::{Value, ValueKind};
+use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 use sha2::{Digest, Sha256};
 
+/// Most combinations `product` makes (a `forEach` then applies its own `maxItems`).
+const MAX_PRODUCT: usize = 10_000;
 /// Longest string `uid_string` makes.
 const MAX_UID_STRING: usize = 64;
 /// The characters of a `uid_string`: DNS-label safe.
@@ -29,6 +31,7 @@ pub fn register(env: &mut Environment<'static>) {
     env.add_filter("quantity_compare", quantity_compare);
     env.add_filter("semver_compare", semver_compare);
     env.add_function("uid_string", uid_string);
+    env.add_function("product", product);
 }
 
 fn invalid(message: impl Into<String>) -> Error {
@@ -129,6 +132,44 @@ fn semver_compare(a: &str, b: &str) -> Result<i64, Error> {
             .map_err(|e| invalid(format!("semver_compare: {text:?} is not a semantic version: {e}")))
     };
     Ok(ordering(parse(a)?.cmp_precedence(&parse(b)?)))
+}
+
+/// `product(region=spec.regions, tier=spec.tiers)`: every combination of the lists, one mapping
+/// each (`{"region": "eu", "tier": "db"}`), the first dimension varying slowest: a `forEach`
+/// over several dimensions, keyed with `key: "{{ item.region }}-{{ item.tier }}"`. At most
+/// 10,000 combinations.
+fn product(dimensions: Kwargs) -> Result<Value, Error> {
+    let mut names = Vec::new();
+    let mut lists: Vec<Vec<Value>> = Vec::new();
+    for name in dimensions.args() {
+        let list: Value = dimensions.get(name)?;
+        if !matches!(list.kind(), ValueKind::Seq | ValueKind::Iterable) {
+            return Err(invalid(format!("product: {name} is not a list")));
+        }
+        names.push(name.to_owned());
+        lists.push(list.try_iter()?.collect());
+    }
+    if names.is_empty() {
+        return Err(invalid(
+            "product: name the dimensions, e.g. product(region=spec.regions, tier=spec.tiers)",
+        ));
+    }
+    let count = lists
+        .iter()
+        .try_fold(1usize, |total, list| total.checked_mul(list.len()))
+        .filter(|count| *count <= MAX_PRODUCT)
+        .ok_or_else(|| invalid(format!("product: more than {MAX_PRODUCT} combinations")))?;
+    let mut combinations = Vec::with_capacity(count);
+    for mut index in 0..count {
+        let mut picked = vec![Value::UNDEFINED; lists.len()];
+        for (slot, list) in lists.iter().enumerate().rev() {
+            picked[slot] = list[index % list.len()].clone();
+            index /= list.len();
+        }
+        let combination: std::collections::BTreeMap<String, Value> = names.iter().cloned().zip(picked).collect();
+        combinations.push(Value::from(combination));
+    }
+    Ok(Value::from(combinations))
 }
 
 /// `uid_string(length, salt="")`: `length` (at most 64) lowercase letters and digits derived
@@ -245,6 +286,26 @@ mod tests {
         assert!(bad.contains("not a quantity"), "{bad}");
         let bad = eval("'1.x' | semver_compare('1.0.0')", serde_json::json!({})).unwrap_err();
         assert!(bad.contains("not a semantic version"), "{bad}");
+    }
+
+    #[test]
+    fn product_gives_every_combination_first_dimension_slowest_and_is_bounded() {
+        let ctx = serde_json::json!({"spec": {"regions": ["eu", "us"], "tiers": ["db", "web", "cache"]}});
+        let keys = "product(region=spec.regions, tier=spec.tiers) | map(attribute='region') | join(',')";
+        assert_eq!(eval(keys, ctx.clone()).unwrap(), "eu,eu,eu,us,us,us");
+        let tiers = "product(region=spec.regions, tier=spec.tiers) | map(attribute='tier') | join(',')";
+        assert_eq!(eval(tiers, ctx.clone()).unwrap(), "db,web,cache,db,web,cache");
+        assert_eq!(
+            eval("product(r=spec.regions, empty=[]) | length", ctx.clone()).unwrap(),
+            "0"
+        );
+        assert!(
+            eval("product(r=spec.regions, t='db')", ctx.clone())
+                .unwrap_err()
+                .contains("not a list")
+        );
+        let huge = "product(a=range(200), b=range(200))";
+        assert!(eval(huge, ctx).unwrap_err().contains("more than 10000"));
     }
 
     #[test]
