@@ -367,3 +367,50 @@ fn a_list_lookup_propagates_every_labelled_configmap_and_follows_new_matches_and
     });
     assert_eq!(get(&ns.0, "configmap/web-logging", "{.data.v}"), "info");
 }
+
+#[test]
+fn a_namespace_selector_lets_children_into_every_labelled_namespace_and_no_other() {
+    let ns = Namespace::new("coll-sel");
+    let (team_dev, team_prod, stranger) = (
+        Namespace::new("coll-sel-dev"),
+        Namespace::new("coll-sel-prod"),
+        Namespace::new("coll-sel-other"),
+    );
+    // Unique to this run: no other namespace carries it.
+    let value = ns.0.rsplit('-').next().unwrap_or_default().to_owned();
+    let label = format!("coll-sel-team={value}");
+    kubectl_ok(&["label", "namespace", &team_dev.0, &label]);
+    let rule = format!(
+        r#"  allowedNamespaceSelector: {{coll-sel-team: "{value}"}}
+  lookups:
+    - {{id: namespaces, apiVersion: v1, kind: Namespace, list: true, matchLabels: {{coll-sel-team: "{value}"}}}}
+  children:
+    - id: copies
+      apiVersion: v1
+      kind: ConfigMap
+      forEach: "(lookups.namespaces | map(attribute='metadata.name') | list) + ([spec.extra] if spec | dig('extra', '') else [])"
+      template: app/copy.yaml.j2
+"#
+    );
+    let copy = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: team-settings\n  namespace: {{ item }}\ndata: {tier: gold}\n";
+    let setup = Setup::start(&ns, "coll-sel", &rule, &[("app/copy.yaml.j2", copy)]);
+    apply_yaml(&ns.0, &setup.kind.object("team", "{}"));
+    wait_until(WAIT, "the copy in the labelled namespace", || {
+        exists(&team_dev.0, "configmap/team-settings")
+    });
+    // A namespace labelled later (by whoever may label Namespaces) gets its copy.
+    kubectl_ok(&["label", "namespace", &team_prod.0, &label]);
+    wait_until(WAIT, "the copy in the newly labelled namespace", || {
+        exists(&team_prod.0, "configmap/team-settings")
+    });
+    // The tenant names a namespace the selector does not match: refused, nothing written there.
+    merge_patch(
+        &ns.0,
+        &setup.app("team"),
+        &format!(r#"{{"spec":{{"extra":"{}"}}}}"#, stranger.0),
+    );
+    wait_until(WAIT, "NamespaceNotAllowed", || {
+        setup.ready(&ns.0, "team", "reason") == "NamespaceNotAllowed"
+    });
+    assert!(!exists(&stranger.0, "configmap/team-settings"));
+}

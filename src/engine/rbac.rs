@@ -83,8 +83,9 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
             // The `ruleop.io/cleanup` finalizer is a merge patch on the parent itself.
             grant(&watch.api_version, &watch.kind, "", &["patch"])?;
         }
-        for lookup in &rule.spec.lookups {
-            grant(&lookup.api_version, &lookup.kind, "", &["get", "list", "watch"])?;
+        // `lookup_kinds` includes Namespaces for `allowedNamespaceSelector`.
+        for (api_version, kind) in rule.lookup_kinds() {
+            grant(&api_version, &kind, "", &["get", "list", "watch"])?;
         }
         for action in &rule.spec.actions {
             let Some(create) = &action.create else { continue };

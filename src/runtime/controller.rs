@@ -647,7 +647,7 @@ async fn reconcile_parent(
     // The caches and the fresh list select by label, which anyone can copy: only objects proven
     // to be this parent's count, for the plan and for the live view the applies compare with.
     let observed: Vec<Value> = match ParentRef::read(&parent_json) {
-        Ok(parent_ref) => ownership::owned(rule, &parent_ref, &observed)
+        Ok(parent_ref) => ownership::owned(rule, &parent_ref, &observed, &ctx.lookups)
             .into_iter()
             .cloned()
             .collect(),

@@ -49,7 +49,10 @@ impl LookupKey {
 impl std::fmt::Display for LookupKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let name = if self.is_list() { "*" } else { &self.name };
-        write!(f, "{} {}/{name}", self.kind, self.namespace)
+        match self.namespace.as_str() {
+            "" => write!(f, "{} {name}", self.kind),
+            namespace => write!(f, "{} {namespace}/{name}", self.kind),
+        }
     }
 }
 
@@ -118,7 +121,11 @@ pub fn keys(
         let key = (lookup.list || !name.is_empty()).then(|| LookupKey {
             api_version: lookup.api_version.clone(),
             kind: lookup.kind.clone(),
-            namespace: if namespace.is_empty() {
+            namespace: if rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
+                || super::builtin::is_cluster_scoped(&lookup.api_version, &lookup.kind)
+            {
+                String::new()
+            } else if namespace.is_empty() {
                 parent_ref.namespace.clone()
             } else {
                 namespace

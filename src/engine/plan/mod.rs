@@ -52,7 +52,8 @@ pub enum PlanError {
     /// A child would be written into a namespace the parent may not write to (confused deputy).
     #[error(
         "child {id:?} targets namespace {namespace:?}, which is not the parent's namespace {parent_namespace:?}, \
-         not a Namespace this parent owns, and not in spec.allowedNamespaces ({allowed})"
+         not a Namespace this parent owns, and not one the rule allows (spec.allowedNamespaces, \
+         spec.allowedNamespaceSelector: {allowed})"
     )]
     NamespaceNotAllowed {
         /// Child id.
@@ -263,7 +264,7 @@ fn plan_parent(
         return Ok(pause::plan(parent, now));
     }
     // Labels are only a claim: every reader below sees only what is proven to be this parent's.
-    let ours: Vec<&Value> = ownership::owned(rule, &parent_ref, observed);
+    let ours: Vec<&Value> = ownership::owned(rule, &parent_ref, observed, lookups);
     let grouped = Observed::group(rule, &ours);
     let by_id = grouped.singles();
     let parent_context = context::build(parent, &BTreeMap::new(), &rule.name, None);
@@ -371,7 +372,7 @@ fn plan_parent(
             desired.push(rendered);
         }
     }
-    let (desired, held_by_namespace) = scope::guard(rule, &parent_ref, desired, &ours)?;
+    let (desired, held_by_namespace) = scope::guard(rule, &parent_ref, desired, &ours, lookups)?;
     waiting.extend(held_by_namespace);
     let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
     // A child waiting for its dependencies keeps what it has: never prune because of an order.

@@ -19,28 +19,42 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::context::{LABEL_ACTION, LABEL_PARENT_UID, ParentRef};
+use super::lookups::LookupSource;
 use super::scope::ANNOTATION_PARENT;
 use super::{is_child_of, label};
 use crate::engine::rules::Rule;
 
 /// The objects of `candidates` that are proven children (or action objects) of this parent.
-pub fn owned<'a>(rule: &Rule, parent: &ParentRef, candidates: &'a [Value]) -> Vec<&'a Value> {
+/// `lookups` answers whether a namespace matches the rule's `allowedNamespaceSelector`.
+pub fn owned<'a>(
+    rule: &Rule,
+    parent: &ParentRef,
+    candidates: &'a [Value],
+    lookups: &dyn LookupSource,
+) -> Vec<&'a Value> {
     // Namespaces first: a proven Namespace child makes its namespace one the parent owns.
+    let none = BTreeSet::new();
     let namespaces: BTreeSet<String> = candidates
         .iter()
-        .filter(|o| is_namespace(o) && proves(rule, parent, &BTreeSet::new(), o))
+        .filter(|o| is_namespace(o) && proves(rule, parent, &none, lookups, o))
         .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
         .map(str::to_owned)
         .collect();
     candidates
         .iter()
-        .filter(|o| proves(rule, parent, &namespaces, o))
+        .filter(|o| proves(rule, parent, &namespaces, lookups, o))
         .collect()
 }
 
 /// Whether `object` is proven to be this parent's, given the Namespaces the parent is proven to
 /// own (`owned_namespaces`).
-pub fn proves(rule: &Rule, parent: &ParentRef, owned_namespaces: &BTreeSet<String>, object: &Value) -> bool {
+pub fn proves(
+    rule: &Rule,
+    parent: &ParentRef,
+    owned_namespaces: &BTreeSet<String>,
+    lookups: &dyn LookupSource,
+    object: &Value,
+) -> bool {
     if !is_child_of(object, &rule.name, &parent.uid) {
         return false;
     }
@@ -55,8 +69,8 @@ pub fn proves(rule: &Rule, parent: &ParentRef, owned_namespaces: &BTreeSet<Strin
         return has_controller_reference(object, &parent.uid) || delete_action_object;
     }
     let in_allowed_namespace = namespace.is_empty()
-        || rule.spec.allowed_namespaces.iter().any(|a| a == namespace)
-        || owned_namespaces.contains(namespace);
+        || owned_namespaces.contains(namespace)
+        || super::scope::namespace_allowed(rule, namespace, lookups);
     in_allowed_namespace && annotated
 }
 
@@ -141,7 +155,10 @@ mod tests {
         let ours = json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "orders-svc", "namespace": "shop", "labels": labels(), "ownerReferences": owner()}});
         let candidates = [forged, ours.clone()];
-        assert_eq!(owned(&rule, &parent(), &candidates), vec![&ours]);
+        assert_eq!(
+            owned(&rule, &parent(), &candidates, &crate::engine::plan::lookups::NoLookups),
+            vec![&ours]
+        );
     }
 
     #[test]
@@ -156,7 +173,10 @@ mod tests {
         let allowed = json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "y", "namespace": "shared", "labels": labels(), "annotations": annotations}});
         let candidates = [elsewhere, unannotated, allowed.clone()];
-        assert_eq!(owned(&rule, &parent(), &candidates), vec![&allowed]);
+        assert_eq!(
+            owned(&rule, &parent(), &candidates, &crate::engine::plan::lookups::NoLookups),
+            vec![&allowed]
+        );
     }
 
     #[test]
@@ -171,7 +191,10 @@ mod tests {
             "metadata": {"name": "d", "namespace": "orders-home", "labels": labels(),
                          "annotations": {"ruleop.io/parent": "shop/other"}}});
         let candidates = [namespace.clone(), inside.clone(), other_parent];
-        assert_eq!(owned(&rule, &parent(), &candidates), vec![&namespace, &inside]);
+        assert_eq!(
+            owned(&rule, &parent(), &candidates, &crate::engine::plan::lookups::NoLookups),
+            vec![&namespace, &inside]
+        );
     }
 
     #[test]

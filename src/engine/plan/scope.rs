@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use super::PlanError;
 use super::children::{DesiredChild, ObjectRef, Placement};
 use super::context::ParentRef;
+use super::lookups::{LookupKey, LookupSource};
 use super::order::Waiting;
 use crate::engine::rules::Rule;
 
@@ -59,8 +60,55 @@ pub fn is_label_owned(object: &Value, parent_namespace: &str) -> bool {
         .is_none_or(|ns| ns.is_empty() || ns != parent_namespace)
 }
 
-/// The confused-deputy guard. A child's namespace must be the parent's, one in the rule's
-/// `spec.allowedNamespaces`, or a Namespace this parent owns as a child: desired in this plan
+/// Whether the rule lets children into `namespace` besides the parent's own and the ones the
+/// parent owns: it is in `spec.allowedNamespaces`, or the Namespace (as `lookups` has it) carries
+/// every label of `spec.allowedNamespaceSelector`.
+pub fn namespace_allowed(rule: &Rule, namespace: &str, lookups: &dyn LookupSource) -> bool {
+    if rule.spec.allowed_namespaces.iter().any(|a| a == namespace) {
+        return true;
+    }
+    let selector = &rule.spec.allowed_namespace_selector;
+    if selector.is_empty() {
+        return false;
+    }
+    let key = LookupKey {
+        api_version: "v1".to_owned(),
+        kind: "Namespace".to_owned(),
+        namespace: String::new(),
+        name: namespace.to_owned(),
+    };
+    lookups.get(&key).is_some_and(|object| {
+        selector.iter().all(|(label, value)| {
+            object
+                .pointer("/metadata/labels")
+                .and_then(|labels| labels.get(label))
+                .and_then(Value::as_str)
+                == Some(value.as_str())
+        })
+    })
+}
+
+/// The allowed namespaces, for an error message.
+pub fn allowed_description(rule: &Rule) -> String {
+    let mut allowed = rule.spec.allowed_namespaces.clone();
+    if !rule.spec.allowed_namespace_selector.is_empty() {
+        let labels: Vec<String> = rule
+            .spec
+            .allowed_namespace_selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        allowed.push(format!("namespaces labelled {}", labels.join(",")));
+    }
+    if allowed.is_empty() {
+        "none".to_owned()
+    } else {
+        allowed.join(", ")
+    }
+}
+
+/// The confused-deputy guard. A child's namespace must be the parent's, one the rule allows
+/// ([`namespace_allowed`]), or a Namespace this parent owns as a child: desired in this plan
 /// *and* observed as proven this parent's ([`super::ownership`]), so a parent cannot claim an
 /// existing namespace by rendering a Namespace child of that name (the apply layer refuses to
 /// take an existing object over unless the rule says `adopt: true`). Children
@@ -71,6 +119,7 @@ pub fn guard(
     parent: &ParentRef,
     desired: Vec<DesiredChild>,
     ours: &[&Value],
+    lookups: &dyn LookupSource,
 ) -> Result<(Vec<DesiredChild>, Vec<Waiting>), PlanError> {
     let is_namespace = |api_version: &str, kind: &str| api_version == "v1" && kind == "Namespace";
     // Namespace name -> id of the child that renders it.
@@ -89,11 +138,7 @@ pub fn guard(
     let mut waiting = Vec::new();
     for child in desired {
         let ns = child.target.namespace.as_str();
-        if ns.is_empty()
-            || ns == parent.namespace
-            || rule.spec.allowed_namespaces.iter().any(|a| a == ns)
-            || observed.contains(ns)
-        {
+        if ns.is_empty() || ns == parent.namespace || observed.contains(ns) || namespace_allowed(rule, ns, lookups) {
             applied.push(child);
         } else if let Some(owner) = namespaces.get(ns) {
             if !waiting.iter().any(|w: &Waiting| w.id == child.id) {
@@ -108,11 +153,7 @@ pub fn guard(
                 id: child.id,
                 namespace: ns.to_owned(),
                 parent_namespace: parent.namespace.clone(),
-                allowed: if rule.spec.allowed_namespaces.is_empty() {
-                    "none".to_owned()
-                } else {
-                    rule.spec.allowed_namespaces.join(", ")
-                },
+                allowed: allowed_description(rule),
             });
         }
     }

@@ -297,6 +297,7 @@ impl RuleChecker<'_> {
             self.report(name_at.clone(), "spec.maxConcurrentReconciles must be at least 1", None);
         }
         self.check_allowed_namespaces(spec, &name_at);
+        self.check_allowed_namespace_selector(spec, &name_at);
         let mut child_ids = BTreeMap::new();
         for (i, child) in spec.children.iter().enumerate() {
             self.check_id(&child.id, "child", &mut child_ids);
@@ -745,6 +746,35 @@ impl RuleChecker<'_> {
             && let Err(e) = duration::parse(&timeout.value)
         {
             self.report(self.at(timeout), format!("action {id:?}: timeout: {e}"), None);
+        }
+    }
+
+    fn check_allowed_namespace_selector(&mut self, spec: &RuleSpec, at: &SourceLocation) {
+        let selector = &spec.allowed_namespace_selector;
+        if let Some(key) = selector
+            .keys()
+            .find(|key| key.is_empty() || key.contains([',', '=', '!']))
+        {
+            self.report(
+                at.clone(),
+                format!("spec.allowedNamespaceSelector: {key:?} is not a label key"),
+                None,
+            );
+        }
+        let namespace_lookup = spec
+            .lookups
+            .iter()
+            .find(|l| l.api_version == "v1" && l.kind == "Namespace" && !selector.is_empty());
+        if let Some(lookup) = namespace_lookup.filter(|l| &l.match_labels != selector) {
+            self.report(
+                self.at(&lookup.id),
+                format!(
+                    "lookup {:?}: matchLabels {:?} differ from spec.allowedNamespaceSelector {selector:?}; \
+                     both read the rule's one cache of Namespaces, so they must be the same",
+                    lookup.id.value, lookup.match_labels
+                ),
+                None,
+            );
         }
     }
 

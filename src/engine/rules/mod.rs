@@ -68,6 +68,10 @@ impl Rule {
             .iter()
             .map(|l| (l.api_version.clone(), l.kind.clone()))
             .collect();
+        // `allowedNamespaceSelector` reads Namespaces' labels through the same caches.
+        if !self.spec.allowed_namespace_selector.is_empty() {
+            kinds.push(("v1".to_owned(), "Namespace".to_owned()));
+        }
         kinds.sort();
         kinds.dedup();
         kinds
@@ -76,12 +80,17 @@ impl Rule {
     /// The label selector (`k=v,...`) of the one cache of a looked-up kind: the `matchLabels`
     /// its lookups declare (check makes them agree). `None`: every object of the kind.
     pub fn lookup_selector(&self, api_version: &str, kind: &str) -> Option<String> {
-        let lookup = self
+        let labels = match self
             .spec
             .lookups
             .iter()
-            .find(|l| l.api_version == api_version && l.kind == kind)?;
-        let selector: Vec<String> = lookup.match_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            .find(|l| l.api_version == api_version && l.kind == kind)
+        {
+            Some(lookup) => &lookup.match_labels,
+            None if (api_version, kind) == ("v1", "Namespace") => &self.spec.allowed_namespace_selector,
+            None => return None,
+        };
+        let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         (!selector.is_empty()).then(|| selector.join(","))
     }
 
@@ -129,6 +138,7 @@ impl Rule {
     /// cluster-wide, and cleaned up through the parent's finalizer.
     pub fn may_own_by_label(&self) -> bool {
         !self.spec.allowed_namespaces.is_empty()
+            || !self.spec.allowed_namespace_selector.is_empty()
             || self
                 .spec
                 .children

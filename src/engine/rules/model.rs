@@ -76,6 +76,11 @@ pub struct RuleSpec {
     /// whoever can create a parent cannot aim ruleop's writes at a namespace they do not control.
     #[serde(default)]
     pub allowed_namespaces: Vec<String>,
+    /// Namespaces whose labels carry every one of these also take children (and their children
+    /// are read there): `{team: a}` lets a rule propagate into every namespace labelled
+    /// `team=a`. Only whoever may label Namespaces (a cluster admin, not a tenant) widens it.
+    #[serde(default)]
+    pub allowed_namespace_selector: BTreeMap<String, String>,
 }
 
 /// The watched parent kind and which of its objects the rule applies to.
