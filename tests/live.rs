@@ -339,7 +339,7 @@ fn typed_status_values_reach_a_crd_whose_status_schema_is_typed_and_a_failing_on
 }
 
 #[test]
-fn a_rule_watching_a_statefulset_decorates_it_and_writes_nothing_into_it() {
+fn a_rule_watching_statefulsets_decorates_the_annotated_ones_and_writes_nothing_into_them() {
     let ns = Namespace::new("live-decorator");
     let (rules, templates) = (
         tempfile::tempdir().expect("tempdir"),
@@ -347,7 +347,7 @@ fn a_rule_watching_a_statefulset_decorates_it_and_writes_nothing_into_it() {
     );
     std::fs::write(
         rules.path().join("service-per-pod.yaml"),
-        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: service-per-pod\nspec:\n  watch:\n    apiVersion: apps/v1\n    kind: StatefulSet\n  children:\n    - id: pods\n      apiVersion: v1\n      kind: Service\n      forEach: range(spec.replicas)\n      key: \"{{ item }}\"\n      template: pod-service.yaml.j2\n",
+        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: service-per-pod\nspec:\n  watch:\n    apiVersion: apps/v1\n    kind: StatefulSet\n    annotationSelector: {service-per-pod/enabled: \"true\"}\n  children:\n    - id: pods\n      apiVersion: v1\n      kind: Service\n      forEach: range(spec.replicas)\n      key: \"{{ item }}\"\n      template: pod-service.yaml.j2\n",
     )
     .expect("write rule");
     std::fs::write(
@@ -355,10 +355,14 @@ fn a_rule_watching_a_statefulset_decorates_it_and_writes_nothing_into_it() {
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ metadata.name }}-{{ item }}\nspec:\n  selector:\n    statefulset.kubernetes.io/pod-name: {{ metadata.name }}-{{ item }}\n  ports: [{port: 80}]\n",
     )
     .expect("write template");
-    apply_yaml(
-        &ns.0,
-        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  serviceName: web\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: nginx, image: nginx}]}\n",
-    );
+    let statefulset = |name: &str, annotations: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: {name}\n  annotations: {annotations}\nspec:\n  replicas: 2\n  serviceName: {name}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: nginx, image: nginx}}]}}\n"
+        )
+    };
+    apply_yaml(&ns.0, &statefulset("web", r#"{service-per-pod/enabled: "true"}"#));
+    // Not opted in: the rule's annotationSelector leaves it alone.
+    apply_yaml(&ns.0, &statefulset("db", "{}"));
     // What the StatefulSet controller would have written (this control plane runs none).
     kubectl_ok(&[
         "patch",
@@ -387,5 +391,9 @@ fn a_rule_watching_a_statefulset_decorates_it_and_writes_nothing_into_it() {
         writes.is_empty(),
         "ruleop wrote into the StatefulSet:{}",
         audit::listing(&writes)
+    );
+    assert!(
+        !exists(&ns.0, "service/db-0"),
+        "a StatefulSet without the annotation is not decorated"
     );
 }

@@ -141,6 +141,14 @@ pub fn plan_offline<'a>(
 ) -> Result<Planned<'a>, CommandError> {
     let notes = fill_placeholders(&mut parent, origin)?;
     let rule = rule_for(set, &parent, origin)?;
+    if !rule.selects(&parent) {
+        return Err(CommandError(format!(
+            "{}: error: rule {:?} does not select this parent: watch.annotationSelector wants {:?}",
+            origin.display(),
+            rule.name,
+            rule.spec.watch.annotation_selector
+        )));
+    }
     let looked_up = ObservedLookups(files.clone());
     let lookup_keys = wanted_lookups(set, rule, &parent);
     let observed: Vec<Value> = files

@@ -557,7 +557,13 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
     // A parent being deleted needs us only while it holds our finalizer.
     let deleting_without_us =
         parent.meta().deletion_timestamp.is_some() && !parent.finalizers().iter().any(|f| f == deletion::FINALIZER);
+    // An unselected parent (`watch.annotationSelector`) is left alone, unless it is being deleted
+    // with our finalizer: that cleanup must finish whatever its annotations say now.
+    let unselected = parent.meta().deletion_timestamp.is_none()
+        && !rule.spec.watch.annotation_selector.is_empty()
+        && !rule.selects(&serde_json::json!({"metadata": {"annotations": parent.annotations()}}));
     if deleting_without_us
+        || unselected
         || (!rule.spec.watch.namespaces.is_empty() && !rule.spec.watch.namespaces.contains(&namespace))
     {
         return Ok(Action::await_change());

@@ -282,7 +282,7 @@ async fn list_parents(client: &Client, kinds: &Kinds, rule: &Rule, options: &Opt
                 .pointer("/metadata/namespace")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            watch.namespaces.is_empty() || watch.namespaces.iter().any(|w| w == ns)
+            (watch.namespaces.is_empty() || watch.namespaces.iter().any(|w| w == ns)) && rule.selects(p)
         })
         .collect();
     let key = |p: &Value| {

@@ -54,6 +54,18 @@ impl Rule {
             .unwrap_or_else(|| !is_built_in_api(&self.spec.watch.api_version))
     }
 
+    /// Whether `watch.annotationSelector` selects the parent: every annotation present, with
+    /// the value given (`""`: any value).
+    pub fn selects(&self, parent: &serde_json::Value) -> bool {
+        self.spec.watch.annotation_selector.iter().all(|(key, wanted)| {
+            parent
+                .pointer("/metadata/annotations")
+                .and_then(|annotations| annotations.get(key))
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|value| wanted.is_empty() || value == wanted)
+        })
+    }
+
     /// The child with that id.
     pub fn child(&self, id: &str) -> Option<&ChildSpec> {
         self.spec.children.iter().find(|c| c.id.value == id)

@@ -97,6 +97,11 @@ pub struct Watch {
     /// Only parents matching this label selector, e.g. `tier=db,env!=dev`.
     #[serde(default)]
     pub label_selector: Option<String>,
+    /// Only parents carrying every one of these annotations with these values (`""` matches any
+    /// value): the decorator's opt-in, e.g. `{service-per-pod/enabled: "true"}` on the
+    /// StatefulSets to decorate. Checked by ruleop (the API server has no annotation selector).
+    #[serde(default)]
+    pub annotation_selector: BTreeMap<String, String>,
 }
 
 /// A child object rendered from a template.
