@@ -291,7 +291,7 @@ fn on_immutable_change_recreate_replaces_the_child() {
 }
 
 #[test]
-fn typed_status_values_reach_a_crd_whose_status_schema_is_typed_and_a_failing_one_costs_only_itself() {
+fn typed_status_values_reach_a_typed_crd_and_a_failing_or_refused_one_costs_only_itself() {
     let kind = custom::CustomKind::new("live-typed", "Copies");
     kind.install_crd(&kind.crd_with_typed_status(
         r#"{"capacity": {"type": "integer"}, "sized": {"type": "boolean"},
@@ -335,6 +335,32 @@ fn typed_status_values_reach_a_crd_whose_status_schema_is_typed_and_a_failing_on
         "True",
         "a failed status field is no reconcile failure"
     );
+
+    // `"three" * 10` is a string: the CRD refuses it, and only it.
+    apply_yaml(
+        &ns.0,
+        &kind.object("orders", r#"{"replicas": "three", "zones": ["d"]}"#),
+    );
+    let valid = |field: &str| {
+        get(
+            &ns.0,
+            &parent,
+            &format!("{{.status.conditions[?(@.type==\"StatusFieldsValid\")].{field}}}"),
+        )
+    };
+    wait_until(WAIT, "StatusFieldsValid=False naming status.capacity", || {
+        valid("status") == "False" && valid("message").contains("status.capacity")
+    });
+    assert_eq!(
+        get(&ns.0, &parent, "{.status.zones}"),
+        r#"["d"]"#,
+        "the rest is written"
+    );
+    assert_eq!(get(&ns.0, &parent, "{.status.capacity}"), "30");
+    apply_yaml(&ns.0, &kind.object("orders", r#"{"replicas": 4, "zones": ["d"]}"#));
+    wait_until(WAIT, "the fixed field written and StatusFieldsValid=True", || {
+        get(&ns.0, &parent, "{.status.capacity}") == "40" && valid("status") == "True"
+    });
     kind.uninstall();
 }
 

@@ -11,6 +11,7 @@ pub mod compare;
 pub mod drift_limit;
 pub mod events;
 pub mod skipped;
+pub mod status_write;
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};

@@ -855,8 +855,7 @@ async fn apply_plan_steps(
     if runs.is_empty()
         && let Some(patch) = &plan.status_patch
     {
-        cluster
-            .patch_status(handle, patch)
+        crate::apply::status_write::write_status(cluster, handle, parent, patch, now)
             .await
             .map_err(|e| ApplyError::Status(Box::new(e)))?;
     }
