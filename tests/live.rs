@@ -373,7 +373,7 @@ fn a_rule_watching_statefulsets_decorates_the_annotated_ones_and_writes_nothing_
     );
     std::fs::write(
         rules.path().join("service-per-pod.yaml"),
-        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: service-per-pod\nspec:\n  watch:\n    apiVersion: apps/v1\n    kind: StatefulSet\n    annotationSelector: {service-per-pod/enabled: \"true\"}\n  children:\n    - id: pods\n      apiVersion: v1\n      kind: Service\n      forEach: range(spec.replicas)\n      key: \"{{ item }}\"\n      template: pod-service.yaml.j2\n",
+        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: service-per-pod\nspec:\n  watch:\n    apiVersion: apps/v1\n    kind: StatefulSet\n    annotationSelector: {service-per-pod/enabled: \"true\"}\n  children:\n    - id: pods\n      apiVersion: v1\n      kind: Service\n      forEach: range(spec.replicas)\n      key: \"{{ item }}\"\n      template: pod-service.yaml.j2\n  parentMetadata:\n    annotations:\n      service-per-pod/services: \"{{ spec.replicas }}\"\n",
     )
     .expect("write rule");
     std::fs::write(
@@ -412,10 +412,20 @@ fn a_rule_watching_statefulsets_decorates_the_annotated_ones_and_writes_nothing_
         before,
         "the StatefulSet controller's status is untouched"
     );
+    // Its own mark, on its own metadata; nothing into the status.
+    wait_until(WAIT, "the decorator's annotation", || {
+        get(
+            &ns.0,
+            "statefulset/web",
+            "{.metadata.annotations.service-per-pod/services}",
+        ) == "2"
+    });
     let writes = mark.ruleop_writes(&["statefulsets"]);
     assert!(
-        writes.is_empty(),
-        "ruleop wrote into the StatefulSet:{}",
+        writes
+            .iter()
+            .all(|w| w.resource == "statefulsets" && w.object.ends_with("/web")),
+        "ruleop wrote into a StatefulSet's status or into one it does not decorate:{}",
         audit::listing(&writes)
     );
     assert!(

@@ -64,6 +64,9 @@ pub enum ApplyError {
     /// Writing the parent's status failed.
     #[error("writing status failed: {}", api_error::describe(.0))]
     Status(#[source] Box<kube::Error>),
+    /// Applying `spec.parentMetadata` onto the parent failed.
+    #[error("applying the parent's labels and annotations failed: {}", api_error::describe(.0))]
+    ParentMetadata(#[source] Box<kube::Error>),
     /// Adding or removing the parent's finalizer failed.
     #[error("updating the parent's finalizer failed: {0}")]
     Finalizer(#[source] Box<kube::Error>),
@@ -119,6 +122,7 @@ impl ApplyError {
             ApplyError::Prune { .. } => "PruneFailed",
             ApplyError::Status(_) => "StatusWriteFailed",
             ApplyError::Finalizer(_) => "FinalizerFailed",
+            ApplyError::ParentMetadata(_) => "ParentMetadataFailed",
             ApplyError::List { .. } => "ListFailed",
             ApplyError::NotOurs { .. } => "ChildNotOwned",
             ApplyError::Conflict(_) => "Conflict",
@@ -321,6 +325,18 @@ impl Cluster<'_> {
     /// Counts one write request.
     pub fn count_write(&self, verb: &str, kind: &str) {
         self.admin.metrics.api_write(verb, kind);
+    }
+
+    /// Server-side applies `spec.parentMetadata`'s labels and annotations onto the parent.
+    pub async fn apply_parent_metadata(&self, parent: &ParentHandle, apply: &Value) -> Result<(), ApplyError> {
+        self.count_write("PATCH", &parent.kind);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        parent
+            .api
+            .patch(&parent.name, &params, &Patch::Apply(apply))
+            .await
+            .map(drop)
+            .map_err(|e| ApplyError::ParentMetadata(Box::new(e)))
     }
 
     /// Merge-patches the parent's status subresource and returns the updated parent.

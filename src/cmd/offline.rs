@@ -425,6 +425,10 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
         }
     }
     print_lifecycle(&mut out, plan);
+    if let Some(apply) = &plan.parent_metadata {
+        out.push_str("# === parent metadata (server-side apply onto the parent) ===\n");
+        out.push_str(&commented(&yaml::to_string(&apply["metadata"]), "# "));
+    }
     out.push_str("# === status patch ===\n");
     for problem in &plan.status_problems {
         out.push_str(&commented(&format!("warning: {problem}"), "# "));

@@ -79,8 +79,9 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
                 &["get", "list", "watch", "create", "patch", "delete"],
             )?;
         }
-        if rule.needs_finalizer() {
-            // The `ruleop.io/cleanup` finalizer is a merge patch on the parent itself.
+        if rule.needs_finalizer() || rule.spec.parent_metadata.is_some() {
+            // The `ruleop.io/cleanup` finalizer is a merge patch on the parent itself, and
+            // `parentMetadata` a server-side apply of its labels and annotations.
             grant(&watch.api_version, &watch.kind, "", &["patch"])?;
         }
         // `lookup_kinds` includes Namespaces for `allowedNamespaceSelector`.

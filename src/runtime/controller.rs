@@ -820,6 +820,9 @@ async fn apply_plan_steps(
         summary.deleted(target);
     }
     debug!(parent = %handle.name, "children applied");
+    if let Some(apply) = &plan.parent_metadata {
+        cluster.apply_parent_metadata(handle, apply).await?;
+    }
     let runs: Vec<_> = plan
         .actions
         .iter()

@@ -231,6 +231,7 @@ fn empty(
         status,
         status_problems: Vec::new(),
         paused: false,
+        parent_metadata: None,
     }
 }
 

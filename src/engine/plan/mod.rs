@@ -16,6 +16,7 @@ pub mod names;
 pub mod observed;
 pub mod order;
 pub mod ownership;
+pub mod parent_metadata;
 pub mod pause;
 pub mod scope;
 pub mod status;
@@ -186,6 +187,9 @@ pub struct Plan {
     /// The parent is paused (`ruleop.io/paused: "true"`): nothing is written but `Paused`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// The server-side apply of `spec.parentMetadata` onto the parent, or `None` when it holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_metadata: Option<Value>,
 }
 
 /// The status fields and conditions a plan wants, independent of the status it was planned on.
@@ -432,6 +436,7 @@ fn plan_parent(
         status,
         status_problems: evaluated.problems,
         paused: false,
+        parent_metadata: parent_metadata::plan(renderer, rule, parent, &context)?,
     })
 }
 

@@ -53,6 +53,7 @@ pub fn plan(parent: &Value, now: &str) -> Plan {
         status,
         status_problems: Vec::new(),
         paused: true,
+        parent_metadata: None,
     }
 }
 

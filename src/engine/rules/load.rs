@@ -354,6 +354,25 @@ impl RuleChecker<'_> {
             }
         }
         self.check_status_written(spec);
+        if let Some(metadata) = &spec.parent_metadata {
+            for (field, entries) in [("labels", &metadata.labels), ("annotations", &metadata.annotations)] {
+                for (key, template) in entries {
+                    if key.is_empty() || key.contains([',', '=', '!', ' ']) || key.starts_with("ruleop.io/") {
+                        self.report(
+                            self.at(template),
+                            format!("parentMetadata.{field}: {key:?} is not a key ruleop may write"),
+                            Some("a label or annotation key such as example.com/decorated (ruleop.io/ keys are the engine's)"),
+                        );
+                    }
+                    self.compile_inline(
+                        &name,
+                        &format!("parentMetadata.{field}.{key}"),
+                        &template.value,
+                        self.at(template),
+                    );
+                }
+            }
+        }
         let mut condition_types = BTreeMap::new();
         for (i, condition) in spec.status.conditions.iter().enumerate() {
             let at = self.at(&condition.when);

@@ -81,6 +81,24 @@ pub struct RuleSpec {
     /// `team=a`. Only whoever may label Namespaces (a cluster admin, not a tenant) widens it.
     #[serde(default)]
     pub allowed_namespace_selector: BTreeMap<String, String>,
+    /// Labels and annotations written onto the watched object itself (Jinja over the parent, its
+    /// children and lookups), by server-side apply under ruleop's field manager.
+    #[serde(default)]
+    pub parent_metadata: Option<ParentMetadata>,
+}
+
+/// What `spec.parentMetadata` writes onto the parent.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ParentMetadata {
+    /// Label key -> Jinja template of its value.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
+    pub labels: BTreeMap<String, Located<String>>,
+    /// Annotation key -> Jinja template of its value.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
+    pub annotations: BTreeMap<String, Located<String>>,
 }
 
 /// The watched parent kind and which of its objects the rule applies to.
