@@ -1,0 +1,429 @@
+//! Peer projects' own examples (Metacontroller, kro) ported to ruleop in examples/peers/, each
+//! checked against what the original's test or README asserts, on the real control plane.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The directory of one ported example.
+fn example(name: &str) -> PathBuf {
+    root().join("examples/peers").join(name)
+}
+
+/// A file of an example, as text.
+fn example_file(name: &str, file: &str) -> String {
+    std::fs::read_to_string(example(name).join(file)).expect("read an example file")
+}
+
+/// Installs an example's CRDs (if it has any) and waits until they are served, then starts
+/// ruleop on its rules and templates for `namespace`.
+fn start_example(name: &str, namespace: &str) -> Operator {
+    let dir = example(name);
+    let crds = dir.join("crds");
+    if crds.exists() {
+        let crds = crds.display().to_string();
+        kubectl_ok(&["apply", "-f", &crds]);
+        kubectl_ok(&["wait", "--for=condition=Established", "-f", &crds, "--timeout=60s"]);
+    }
+    Operator::start(&dir.join("rules"), &dir.join("templates"), namespace)
+}
+
+/// An example's objects with its fixed namespace names replaced by this test's namespaces.
+fn with_namespaces(yaml: &str, names: &[(&str, &Namespace)]) -> String {
+    names.iter().fold(yaml.to_owned(), |text, (from, to)| {
+        text.replace(&format!(": {from}\n"), &format!(": {}\n", to.0))
+    })
+}
+
+/// Whether a ruleop finalizer is on an object.
+fn has_ruleop_finalizer(namespace: &str, what: &str) -> bool {
+    get(namespace, what, "{.metadata.finalizers}").contains("ruleop.io/")
+}
+
+#[test]
+fn every_ported_example_passes_ruleop_check() {
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(root().join("examples/peers"))
+        .expect("examples/peers")
+        .flatten()
+    {
+        if !entry.path().is_dir() {
+            continue;
+        }
+        let dir = entry.path();
+        let out = Command::new(binary())
+            .args(["check", "--rules"])
+            .arg(dir.join("rules"))
+            .arg("--templates")
+            .arg(dir.join("templates"))
+            .env_remove("RULEOP_RULES")
+            .env_remove("RULEOP_TEMPLATES")
+            .output()
+            .expect("ruleop runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.starts_with("ok: "),
+            "ruleop check failed for {}:\n{stdout}{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(dir.join("README.md").exists(), "{} has no README.md", dir.display());
+        checked.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    checked.sort();
+    assert_eq!(
+        checked,
+        [
+            "kro-cel-functions",
+            "metacontroller-configmappropagation",
+            "metacontroller-globalconfigmap",
+            "metacontroller-service-per-pod",
+        ]
+    );
+}
+
+// Metacontroller's examples/service-per-pod/test.sh, step by step.
+#[test]
+fn service_per_pod_gives_each_pod_a_service_that_goes_on_opt_out_and_with_the_statefulset() {
+    const NAME: &str = "metacontroller-service-per-pod";
+    let ns = Namespace::new("peers-spp");
+    let operator = start_example(NAME, &ns.0);
+    apply_yaml(&ns.0, &example_file(NAME, "statefulset.yaml"));
+    let selects = |pod: &str| get(&ns.0, &format!("service/{pod}"), "{.spec.selector.pod-name}") == pod;
+
+    // 1. "Wait for per-pod Service": nginx-2 selects its Pod by the pod-name label (and so do
+    // the Services of the other two Pods, with the annotation's port mapping).
+    wait_until(WAIT, "a Service per Pod", || {
+        ["nginx-0", "nginx-1", "nginx-2"].iter().all(|pod| selects(pod))
+    });
+    assert_eq!(
+        get(
+            &ns.0,
+            "service/nginx-2",
+            "{.spec.ports[0].name} {.spec.ports[0].port} {.spec.ports[0].targetPort}"
+        ),
+        "port-80 80 80"
+    );
+    // 2. "Wait for pod-name label" on Pod nginx-2: not ported (the README: ruleop does not write
+    // the watched object's own labels, and this control plane runs no StatefulSet controller).
+
+    // 3. Opting out (one annotation removed) prunes the Services; the StatefulSet stays.
+    kubectl_ok(&["annotate", "-n", &ns.0, "statefulset/nginx", "service-per-pod-label-"]);
+    wait_until(WAIT, "the per-pod Services pruned on opt-out", || {
+        ["nginx-0", "nginx-1", "nginx-2"]
+            .iter()
+            .all(|pod| !exists(&ns.0, &format!("service/{pod}")))
+    });
+    assert!(exists(&ns.0, "statefulset/nginx"));
+    // 4. No decorator finalizer is left on it (ruleop added none).
+    assert!(!has_ruleop_finalizer(&ns.0, "statefulset/nginx"));
+
+    // 5. Opting in again brings them back.
+    kubectl_ok(&[
+        "annotate",
+        "-n",
+        &ns.0,
+        "statefulset/nginx",
+        "service-per-pod-label=pod-name",
+    ]);
+    wait_until(WAIT, "the per-pod Service back on opt-in", || selects("nginx-2"));
+
+    // 6. Deleted while another finalizer holds it: the original's finalize hook deletes the
+    // Services at once. ruleop leaves children beside their parent to the garbage collector,
+    // which (background deletion) takes them only once the StatefulSet is gone.
+    let held = "metacontroller.io/service-per-pod-test";
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "statefulset/nginx",
+        "--type=json",
+        "-p",
+        &format!(r#"[{{"op":"add","path":"/metadata/finalizers","value":["{held}"]}}]"#),
+    ]);
+    kubectl_ok(&["delete", "-n", &ns.0, "statefulset/nginx", "--wait=false"]);
+    wait_until(WAIT, "the StatefulSet to be deleting", || {
+        !get(&ns.0, "statefulset/nginx", "{.metadata.deletionTimestamp}").is_empty()
+    });
+    operator.idle_reconciles("service-per-pod");
+    assert!(
+        exists(&ns.0, "service/nginx-2"),
+        "the Service stays while another finalizer holds the StatefulSet (the difference)"
+    );
+    // 7. No decorator finalizer holds the deletion.
+    assert!(!has_ruleop_finalizer(&ns.0, "statefulset/nginx"));
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "statefulset/nginx",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    wait_until(WAIT, "the Services to go with the StatefulSet", || {
+        !exists(&ns.0, "statefulset/nginx")
+            && ["nginx-0", "nginx-1", "nginx-2"]
+                .iter()
+                .all(|pod| !exists(&ns.0, &format!("service/{pod}")))
+    });
+}
+
+/// The environment of a Deployment's first container, by name.
+fn container_env(namespace: &str, deployment: &str) -> BTreeMap<String, String> {
+    let json = get(
+        namespace,
+        &format!("deployment/{deployment}"),
+        "{.spec.template.spec.containers[0].env}",
+    );
+    let env: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap_or_default();
+    env.iter()
+        .filter_map(|e| Some((e["name"].as_str()?.to_owned(), e["value"].as_str()?.to_owned())))
+        .collect()
+}
+
+// kro's examples/kubernetes/cel-functions: what each expression of its Deployment, Service and
+// status evaluates to, plus kro's e2e check that an instance turns Ready.
+#[test]
+fn cel_functions_render_the_values_kro_computes_and_typed_status() {
+    const NAME: &str = "kro-cel-functions";
+    let ns = Namespace::new("peers-cel");
+    let _operator = start_example(NAME, &ns.0);
+    let instance = example_file(NAME, "instance.yaml");
+    apply_yaml(&ns.0, &instance);
+    wait_until(WAIT, "the Deployment and the Service", || {
+        exists(&ns.0, "deployment/app") && exists(&ns.0, "service/app")
+    });
+
+    let env = container_env(&ns.0, "app");
+    let value = |name: &str| env.get(name).cloned().unwrap_or_default();
+    assert_eq!(
+        get(&ns.0, "deployment/app", "{.spec.template.spec.containers[0].name}"),
+        "app-deployment"
+    );
+    // The original's ten values (the CRD defaulted fullDNSName, as kro's `default=` does).
+    assert_eq!(value("FULL_DNS_NAME"), "a.b.c.d.example.com");
+    assert_eq!(value("DNS_FIRST_PART"), "a");
+    assert_eq!(value("DNS_PARTIALS"), "a");
+    let seeded = value("RANDOM_SEEDED_STRING");
+    assert!(
+        seeded.len() == 10 && seeded.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()),
+        "{seeded:?}"
+    );
+    assert_eq!(value("LISTS_SUM"), "600");
+    assert_eq!(value("JSON_UNMARSHAL_EXAMPLE"), "exampleJSONValue");
+    // The same JSON as kro's `{"name":"app"}`; minijinja's tojson puts a space after the colon.
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&value("JSON_MARSHAL_EXAMPLE")).ok(),
+        Some(serde_json::json!({"name": "app"}))
+    );
+    assert_eq!(value("QUANTITY_COMPARISON"), "small");
+    assert_eq!(
+        value("HASH_SHA256"),
+        "a172cedcae47474b615c54d510a5d84a8dea3032e958587430b413538be3f333"
+    );
+    // Additions: base64, semver, an annotation read with a list path, a spec checksum.
+    assert_eq!(value("BASE64_ENCODED"), "YXBw");
+    assert_eq!(value("BASE64_ROUND_TRIP"), "app");
+    assert_eq!(value("SEMVER_NEWER"), "true");
+    assert_eq!(value("ANNOTATION_TEST"), "annotation-value");
+    let checksum = get(
+        &ns.0,
+        "deployment/app",
+        "{.spec.template.metadata.annotations.checksum/spec}",
+    );
+    assert_eq!(checksum.len(), 16, "{checksum:?}");
+
+    // The Service's four labels.
+    assert_eq!(
+        get(
+            &ns.0,
+            "service/app",
+            "{.metadata.labels.app} {.metadata.labels.dns} {.metadata.labels.partials} {.metadata.labels.first_part}"
+        ),
+        "deployment a.b.c.d.example.com a.b.c a"
+    );
+
+    // Status: absent until the Deployment reports, then its conditions (an array) and ten times
+    // its available replicas (an integer). No Deployment controller runs here: the test writes
+    // what it would.
+    let something = "something/my-instance-will-cel-functions";
+    wait_until(WAIT, "Ready=True (kro's e2e check)", || {
+        get(&ns.0, something, "{.status.conditions[?(@.type==\"Ready\")].status}") == "True"
+    });
+    assert_eq!(get(&ns.0, something, "{.status.availableReplicas}"), "");
+    merge_patch_status(
+        &ns.0,
+        "deployment/app",
+        r#"{"status":{"replicas":1,"readyReplicas":1,"availableReplicas":1,"conditions":[{"type":"Available","status":"True","reason":"MinimumReplicasAvailable","message":"ok"}]}}"#,
+    );
+    wait_until(WAIT, "the status fields", || {
+        get(&ns.0, something, "{.status.availableReplicas}") == "10"
+    });
+    let status: serde_json::Value = serde_json::from_str(&get(&ns.0, something, "{.status}")).expect("status is JSON");
+    assert_eq!(status["availableReplicas"], serde_json::json!(10), "an integer");
+    assert_eq!(status["deploymentConditions"][0]["type"], "Available");
+
+    // The seeded string is stable for one instance and differs for another.
+    merge_patch(&ns.0, something, r#"{"spec":{"fullDNSName":"x.y.example.com"}}"#);
+    wait_until(WAIT, "the edited DNS name", || {
+        container_env(&ns.0, "app").get("FULL_DNS_NAME").map(String::as_str) == Some("x.y.example.com")
+    });
+    assert_eq!(container_env(&ns.0, "app")["RANDOM_SEEDED_STRING"], seeded);
+    assert_eq!(get(&ns.0, "service/app", "{.metadata.labels.partials}"), "x.y.example");
+    apply_yaml(
+        &ns.0,
+        &instance
+            .replace("my-instance-will-cel-functions", "another")
+            .replace("name: app", "name: app2"),
+    );
+    wait_until(WAIT, "the second instance's Deployment", || {
+        exists(&ns.0, "deployment/app2")
+    });
+    let other = container_env(&ns.0, "app2")["RANDOM_SEEDED_STRING"].clone();
+    assert!(other.len() == 10 && other != seeded, "{other:?} vs {seeded:?}");
+}
+
+// Metacontroller's examples/globalconfigmap: test.sh and the README's claim about new namespaces,
+// plus sync.py's clean-up when the source ConfigMap is deleted.
+#[test]
+fn globalconfigmap_copies_the_source_into_every_labelled_namespace_and_reports_fine() {
+    const NAME: &str = "metacontroller-globalconfigmap";
+    let global = Namespace::new("peers-gcm-global");
+    let (first, second, third) = (
+        Namespace::new("peers-gcm-first"),
+        Namespace::new("peers-gcm-second"),
+        Namespace::new("peers-gcm-third"),
+    );
+    let _operator = start_example(NAME, &global.0);
+    let objects = with_namespaces(
+        &example_file(NAME, "example.yaml"),
+        &[
+            ("global", &global),
+            ("first", &first),
+            ("second", &second),
+            ("third", &third),
+        ],
+    );
+    apply_yaml(&global.0, &objects);
+
+    // "Wait for ConfigMap propagation" into first, second and third.
+    let copied = |ns: &Namespace| get(&ns.0, "configmap/globalsettings", "{.data.some}") == "value";
+    wait_until(WAIT, "the copies", || {
+        [&first, &second, &third].iter().all(|ns| copied(ns))
+    });
+    assert_eq!(get(&first.0, "configmap/globalsettings", "{.data.other}"), "value");
+    // "Check status update on parent".
+    wait_until(WAIT, "status.working", || {
+        get(&global.0, "globalconfigmap/globalsettings", "{.status.working}") == "fine"
+    });
+    // The source namespace is not a target: its ConfigMap is the source itself, not a child.
+    assert_eq!(
+        get(
+            &global.0,
+            "configmap/globalsettings",
+            "{.metadata.labels.ruleop\\.io/rule}"
+        ),
+        ""
+    );
+
+    // The README: "adding new namespace will trigger controller" (here: labelling one).
+    let fourth = Namespace::new("peers-gcm-fourth");
+    kubectl_ok(&[
+        "label",
+        "namespace",
+        &fourth.0,
+        "peers.ruleop.io/globalconfigmap=enabled",
+    ]);
+    wait_until(WAIT, "a copy in the new namespace", || copied(&fourth));
+
+    // sync.py: once the source is deleted, the copies are cleaned up.
+    kubectl_ok(&["delete", "-n", &global.0, "configmap/globalsettings"]);
+    wait_until(WAIT, "the copies removed with the source", || {
+        [&first, &second, &third, &fourth]
+            .iter()
+            .all(|ns| !exists(&ns.0, "configmap/globalsettings"))
+    });
+    // Its cleanup finalizer is released while ruleop runs (before the namespaces go).
+    kubectl_ok(&[
+        "delete",
+        "-n",
+        &global.0,
+        "globalconfigmap/globalsettings",
+        "--timeout=30s",
+    ]);
+}
+
+// Metacontroller's examples/configmappropagation: test.sh and the counts its sync hook reports.
+#[test]
+fn configmappropagation_copies_the_source_into_each_target_namespace_and_counts_them() {
+    const NAME: &str = "metacontroller-configmappropagation";
+    let original = Namespace::new("peers-cmp-original");
+    let (one, two, three) = (
+        Namespace::new("peers-cmp-one"),
+        Namespace::new("peers-cmp-two"),
+        Namespace::new("peers-cmp-three"),
+    );
+    let _operator = start_example(NAME, &original.0);
+    let objects = with_namespaces(
+        &example_file(NAME, "example.yaml"),
+        &[("original", &original), ("one", &one), ("two", &two), ("three", &three)],
+    )
+    .replace(
+        "targetNamespaces: [one, two, three]",
+        &format!("targetNamespaces: [{}, {}, {}]", one.0, two.0, three.0),
+    );
+    apply_yaml(&original.0, &objects);
+
+    // "Wait for ConfigMap propagation" into one, two and three.
+    wait_until(WAIT, "the copies", || {
+        [&one, &two, &three]
+            .iter()
+            .all(|ns| get(&ns.0, "configmap/settings", "{.data.some}") == "value")
+    });
+    // The counts the sync hook writes, as integers.
+    let propagation = "configmappropagation/settings-propagation";
+    wait_until(WAIT, "expected_copies and actual_copies", || {
+        get(
+            &original.0,
+            propagation,
+            "{.status.expected_copies} {.status.actual_copies}",
+        ) == "3 3"
+    });
+
+    // Not in the original: a target the namespace selector does not match is refused.
+    let stranger = Namespace::new("peers-cmp-stranger");
+    merge_patch(
+        &original.0,
+        propagation,
+        &format!(
+            r#"{{"spec":{{"targetNamespaces":["{}","{}","{}","{}"]}}}}"#,
+            one.0, two.0, three.0, stranger.0
+        ),
+    );
+    wait_until(WAIT, "NamespaceNotAllowed", || {
+        get(
+            &original.0,
+            propagation,
+            "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        ) == "NamespaceNotAllowed"
+    });
+    assert!(!exists(&stranger.0, "configmap/settings"));
+
+    // Not in test.sh: deleting it deletes the copies (the original's garbage collection), before
+    // its cleanup finalizer is released.
+    kubectl_ok(&["delete", "-n", &original.0, propagation, "--timeout=30s"]);
+    assert!(
+        [&one, &two, &three]
+            .iter()
+            .all(|ns| !exists(&ns.0, "configmap/settings")),
+        "the copies are deleted before the ConfigMapPropagation goes"
+    );
+}
