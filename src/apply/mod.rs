@@ -10,6 +10,7 @@ pub mod client;
 pub mod compare;
 pub mod drift_limit;
 pub mod events;
+pub mod reconcile;
 pub mod skipped;
 pub mod status_write;
 
