@@ -35,34 +35,37 @@ pub fn describe_status(status: &kube::core::Status) -> String {
     bounded(&text, MESSAGE_LIMIT).into_owned()
 }
 
+/// A 422 `Invalid` API error with `message` and one cause per field, for tests of the writers
+/// that read such errors.
+#[cfg(test)]
+pub(crate) fn rejected(message: &str, fields: &[&str]) -> kube::Error {
+    use kube::core::response::{StatusCause, StatusDetails};
+    kube::Error::Api(Box::new(kube::core::Status {
+        code: 422,
+        reason: "Invalid".to_owned(),
+        message: message.to_owned(),
+        details: Some(StatusDetails {
+            name: "x".to_owned(),
+            group: String::new(),
+            kind: "services".to_owned(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+            causes: fields
+                .iter()
+                .map(|f| StatusCause {
+                    reason: "FieldValueInvalid".to_owned(),
+                    message: "bad".to_owned(),
+                    field: (*f).to_owned(),
+                })
+                .collect(),
+        }),
+        ..kube::core::Status::default()
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::response::{StatusCause, StatusDetails};
-
-    fn rejected(message: &str, fields: &[&str]) -> kube::Error {
-        kube::Error::Api(Box::new(kube::core::Status {
-            code: 422,
-            reason: "Invalid".to_owned(),
-            message: message.to_owned(),
-            details: Some(StatusDetails {
-                name: "x".to_owned(),
-                group: String::new(),
-                kind: "services".to_owned(),
-                uid: String::new(),
-                retry_after_seconds: 0,
-                causes: fields
-                    .iter()
-                    .map(|f| StatusCause {
-                        reason: "FieldValueInvalid".to_owned(),
-                        message: "bad".to_owned(),
-                        field: (*f).to_owned(),
-                    })
-                    .collect(),
-            }),
-            ..kube::core::Status::default()
-        }))
-    }
 
     #[test]
     fn an_api_error_reads_as_its_message_not_a_debug_dump() {

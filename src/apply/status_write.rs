@@ -161,30 +161,7 @@ fn set_condition(patch: &mut Value, parent: &Value, status: &str, reason: &str, 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn invalid(message: &str, fields: &[&str]) -> kube::Error {
-        kube::Error::Api(Box::new(kube::core::Status {
-            code: 422,
-            reason: "Invalid".to_owned(),
-            message: message.to_owned(),
-            details: Some(kube::core::response::StatusDetails {
-                causes: fields
-                    .iter()
-                    .map(|f| kube::core::response::StatusCause {
-                        reason: "FieldValueTypeInvalid".to_owned(),
-                        message: "must be of type integer".to_owned(),
-                        field: (*f).to_owned(),
-                    })
-                    .collect(),
-                name: "orders".to_owned(),
-                group: "x".to_owned(),
-                kind: "copies".to_owned(),
-                uid: String::new(),
-                retry_after_seconds: 0,
-            }),
-            ..Default::default()
-        }))
-    }
+    use crate::apply::api_error::rejected as invalid;
 
     #[test]
     fn only_the_patchs_own_fields_named_by_a_422_are_refused() {

@@ -172,7 +172,7 @@ fn guard(
 }
 
 /// Whether `object` carries every label of `wanted` (a lookup's `matchLabels`).
-fn has_labels(object: &Value, wanted: &std::collections::BTreeMap<String, String>) -> bool {
+pub(crate) fn has_labels(object: &Value, wanted: &std::collections::BTreeMap<String, String>) -> bool {
     wanted.iter().all(|(key, value)| {
         object
             .pointer("/metadata/labels")

@@ -77,15 +77,9 @@ pub fn namespace_allowed(rule: &Rule, namespace: &str, lookups: &dyn LookupSourc
         namespace: String::new(),
         name: namespace.to_owned(),
     };
-    lookups.get(&key).is_some_and(|object| {
-        selector.iter().all(|(label, value)| {
-            object
-                .pointer("/metadata/labels")
-                .and_then(|labels| labels.get(label))
-                .and_then(Value::as_str)
-                == Some(value.as_str())
-        })
-    })
+    lookups
+        .get(&key)
+        .is_some_and(|object| super::lookups::has_labels(&object, selector))
 }
 
 /// The allowed namespaces, for an error message.

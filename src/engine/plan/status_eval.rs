@@ -40,39 +40,27 @@ pub fn evaluate(
     let mut evaluated = EvaluatedStatus::default();
     for (field, source) in &rule.spec.status.fields {
         let path = format!("status.fields.{field}");
-        let value = match &source.value {
-            FieldSource::Template(_) => match renderer.render_text(&rule.inline_template(&path), context) {
-                Ok(text) => json!(text),
-                Err(e) => {
-                    let at = located(rule, source, &e);
-                    evaluated.problems.push(format!(
-                        "{at}: {path}: {}; the field keeps its current value",
-                        e.message
-                    ));
-                    continue;
-                }
-            },
-            FieldSource::Expression(expression) => {
-                let label = rule.inline_template(&path);
-                let value = renderer
-                    .eval(&label, &expression.value, context)
-                    .and_then(|v| json_of(&v).map_err(|message| RenderError::in_template(&label, message)));
-                match value {
-                    Ok(value) => value,
-                    Err(e) => {
-                        let at = located(rule, source, &e);
-                        evaluated.problems.push(format!(
-                            "{at}: {path}: {}; the field keeps its current value",
-                            e.message
-                        ));
-                        continue;
-                    }
-                }
-            }
-            FieldSource::FromChild(from) => children
+        let label = rule.inline_template(&path);
+        let computed = match &source.value {
+            FieldSource::Template(_) => renderer.render_text(&label, context).map(|text| json!(text)),
+            FieldSource::Expression(expression) => renderer
+                .eval(&label, &expression.value, context)
+                .and_then(|v| json_of(&v).map_err(|message| RenderError::in_template(&label, message))),
+            FieldSource::FromChild(from) => Ok(children
                 .value(&from.child)
                 .and_then(|child| first_match(&child, &from.json_path))
-                .unwrap_or(Value::Null),
+                .unwrap_or(Value::Null)),
+        };
+        let value = match computed {
+            Ok(value) => value,
+            Err(e) => {
+                let at = located(rule, source, &e);
+                evaluated.problems.push(format!(
+                    "{at}: {path}: {}; the field keeps its current value",
+                    e.message
+                ));
+                continue;
+            }
         };
         evaluated.fields.insert(field.clone(), value);
     }
