@@ -106,7 +106,7 @@ fn for_each_prunes_exactly_the_removed_item_and_a_reorder_writes_nothing() {
     wait_until(WAIT, "the reordered spec to be reconciled", || {
         setup.observed_generation_is_current(&ns.0, "web")
     });
-    let writes = mark.ruleop_writes(&["services"]);
+    let writes = mark.ruleop_writes(&ns.0, &["services"]);
     assert!(
         writes.is_empty(),
         "a reorder writes no Service:{}",

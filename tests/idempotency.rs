@@ -64,7 +64,7 @@ fn a_thousand_reconciles_of_converged_parents_write_nothing() {
         operator.metric("ruleop_reconciles_total", &[("rule", "database")]) >= reconciles_before + 1000
     });
     let reconciles = operator.metric("ruleop_reconciles_total", &[("rule", "database")]) - reconciles_before;
-    let writes = mark.ruleop_writes(RESOURCES);
+    let writes = mark.ruleop_writes(&ns.0, RESOURCES);
     let ruleop_writes = operator.metric("ruleop_api_writes_total", &[]) - ruleop_writes_before;
     eprintln!(
         "{reconciles} reconciles of {PARENTS} converged parents in {:?}: {} write requests from ruleop in the API server's audit log, {ruleop_writes} counted by ruleop",
@@ -132,7 +132,7 @@ fn a_restarted_operator_reconciles_converged_parents_without_writing() {
     );
     // Every reconcile the start-up caused (and any its writes would cause) has finished.
     second.idle_reconciles("database");
-    let writes = mark.ruleop_writes(RESOURCES);
+    let writes = mark.ruleop_writes(&ns.0, RESOURCES);
     eprintln!(
         "restart: {} write requests from ruleop for 3 converged parents (children came from a LIST)",
         writes.len()

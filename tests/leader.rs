@@ -59,7 +59,7 @@ fn only_the_leader_writes_and_a_killed_leader_is_replaced_within_the_lease_durat
     });
     apply_yaml(&ns.0, &probe(1));
     // The API server audits what every ruleop process sent: exactly what the leader says it sent.
-    let counts = || (mark.ruleop_writes(&resources).len() as u64, first.writes());
+    let counts = || (mark.ruleop_writes(&ns.0, &resources).len() as u64, first.writes());
     wait_until(WAIT, "the probe reconciled and every write counted", || {
         let (server, ours) = counts();
         exists(&ns.0, "deployment/probe-cache") && server == ours

@@ -420,7 +420,7 @@ fn a_rule_watching_statefulsets_decorates_the_annotated_ones_and_writes_nothing_
             "{.metadata.annotations.service-per-pod/services}",
         ) == "2"
     });
-    let writes = mark.ruleop_writes(&["statefulsets"]);
+    let writes = mark.ruleop_writes(&ns.0, &["statefulsets"]);
     assert!(
         writes
             .iter()

@@ -126,7 +126,7 @@ fn a_tenant_gets_its_namespace_quota_and_members_and_takes_them_along_when_delet
         let generation = get(&ns.0, &format!("tenant/{name}"), "{.metadata.generation}");
         generation != seen && get(&ns.0, &format!("tenant/{name}"), "{.status.observedGeneration}") == generation
     });
-    let api = mark.ruleop_writes(CHILD_RESOURCES).len();
+    let api = mark.ruleop_writes(&home, CHILD_RESOURCES).len();
     let ours = child_writes(&operator) - ours_before;
     eprintln!("reorder: {api} child writes seen by the API server, {ours} sent by ruleop");
     assert_eq!((api, ours), (0, 0), "reordering members writes no child");
