@@ -82,6 +82,8 @@ fn every_ported_example_passes_ruleop_check() {
         checked,
         [
             "kro-cel-functions",
+            "kro-ingress-fan-in",
+            "kro-namespace-decorator",
             "metacontroller-configmappropagation",
             "metacontroller-globalconfigmap",
             "metacontroller-service-per-pod",
@@ -426,4 +428,144 @@ fn configmappropagation_copies_the_source_into_each_target_namespace_and_counts_
             .all(|ns| !exists(&ns.0, "configmap/settings")),
         "the copies are deleted before the ConfigMapPropagation goes"
     );
+}
+
+// kro's KREP-003 (decorators) example 2, "decorating a Namespace": what the example and its
+// motivation say the decorator does, with the namespaces an admin labelled as the selection.
+#[test]
+fn namespace_decorator_gives_every_labelled_namespace_a_default_limitrange() {
+    const NAME: &str = "kro-namespace-decorator";
+    let platform = Namespace::new("peers-nsd-platform");
+    let (team_a, team_b) = (Namespace::new("peers-nsd-team-a"), Namespace::new("peers-nsd-team-b"));
+    let _operator = start_example(NAME, &platform.0);
+    let objects = with_namespaces(
+        &example_file(NAME, "example.yaml"),
+        &[("platform", &platform), ("team-a", &team_a), ("team-b", &team_b)],
+    );
+    let unlabelled = Namespace::new("peers-nsd-unlabelled");
+    apply_yaml(&platform.0, &objects);
+    let limits = |ns: &Namespace| format!("limitrange/{}-limits", ns.0);
+    let decorated = |ns: &Namespace| exists(&ns.0, &limits(ns));
+
+    // 1. Every selected namespace gets its LimitRange `<namespace>-limits` (the decorator's own
+    // namespace is one of them, as every namespace is in kro's).
+    wait_until(WAIT, "a LimitRange in each namespace", || {
+        [&platform, &team_a, &team_b].iter().all(|ns| decorated(ns))
+    });
+    // 2. Its limits: containers' minimum cpu and memory.
+    assert_eq!(
+        get(
+            &team_a.0,
+            &limits(&team_a),
+            "{.spec.limits[0].type} {.spec.limits[0].min.cpu} {.spec.limits[0].min.memory}"
+        ),
+        "Container 100m 128Mi"
+    );
+    // Added: the count in status, an integer, and Ready.
+    let decorator = "namespacedecorator/limitranges";
+    wait_until(WAIT, "status.decoratedNamespaces", || {
+        get(&platform.0, decorator, "{.status.decoratedNamespaces}") == "3"
+    });
+    assert_eq!(
+        get(
+            &platform.0,
+            decorator,
+            "{.status.conditions[?(@.type==\"Ready\")].status}"
+        ),
+        "True"
+    );
+    // The difference: a namespace without the label is not decorated.
+    assert!(!decorated(&unlabelled));
+
+    // 3. "Dynamically create these objects when namespaces are created": a namespace created
+    // (and labelled) later gets its own.
+    let late = Namespace::new("peers-nsd-late");
+    kubectl_ok(&[
+        "label",
+        "namespace",
+        &late.0,
+        "peers.ruleop.io/namespace-decorator=enabled",
+    ]);
+    wait_until(WAIT, "a LimitRange in the new namespace", || decorated(&late));
+    wait_until(WAIT, "the count to follow", || {
+        get(&platform.0, decorator, "{.status.decoratedNamespaces}") == "4"
+    });
+
+    // 4. Deleting the decorator deletes what it created (kro deletes an instance's resources),
+    // before its cleanup finalizer is released (the LimitRanges are in other namespaces).
+    assert!(has_ruleop_finalizer(&platform.0, decorator));
+    kubectl_ok(&["delete", "-n", &platform.0, decorator, "--timeout=30s"]);
+    wait_until(WAIT, "the LimitRanges gone with the decorator", || {
+        [&platform, &team_a, &team_b, &late].iter().all(|ns| !decorated(ns))
+    });
+}
+
+// kro's KREP-003 (decorators) example 3, "decorating multiple resources into a single aggregated
+// resource": one Ingress that routes to every Service with an http port, following them.
+#[test]
+fn ingress_fan_in_routes_every_http_service_and_follows_them() {
+    const NAME: &str = "kro-ingress-fan-in";
+    let ns = Namespace::new("peers-ing");
+    let _operator = start_example(NAME, &ns.0);
+    apply_yaml(&ns.0, &example_file(NAME, "example.yaml"));
+    let ingress = "ingress/services-ingress";
+    let paths = || get(&ns.0, ingress, "{.spec.rules[0].http.paths[*].path}");
+    let route = |service: &str| format!("/{}/{service}", ns.0);
+
+    // 1-4. The Ingress exists, with a path per Service that has a port named http (web, api),
+    // none for the Service without one (grpc), sorted by path.
+    wait_until(WAIT, "the Ingress with both http Services", || {
+        paths() == format!("{} {}", route("api"), route("web"))
+    });
+    // 5. Each path: Prefix, to its Service's port named http.
+    assert_eq!(
+        get(
+            &ns.0,
+            ingress,
+            "{.spec.rules[0].http.paths[1].pathType} {.spec.rules[0].http.paths[1].backend.service.name} {.spec.rules[0].http.paths[1].backend.service.port.name}"
+        ),
+        "Prefix web http"
+    );
+    // Added: the number of routes in status, an integer, and Ready.
+    let parent = "servicesingress/services";
+    wait_until(WAIT, "status.routes", || get(&ns.0, parent, "{.status.routes}") == "2");
+    assert_eq!(
+        get(&ns.0, parent, "{.status.conditions[?(@.type==\"Ready\")].status}"),
+        "True"
+    );
+
+    // 6. A Service that comes is routed, in path order.
+    apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: billing\nspec:\n  ports: [{name: http, port: 80}]\n",
+    );
+    wait_until(WAIT, "the new Service routed", || {
+        paths() == format!("{} {} {}", route("api"), route("billing"), route("web"))
+    });
+    // 7. A Service that goes is no longer routed, and one that loses its http port neither.
+    kubectl_ok(&["delete", "-n", &ns.0, "service/web"]);
+    merge_patch(
+        &ns.0,
+        "service/api",
+        r#"{"spec":{"ports":[{"name":"metrics","port":9090}]}}"#,
+    );
+    wait_until(WAIT, "the gone Services unrouted", || paths() == route("billing"));
+
+    // The difference: with no http Service left there is no Ingress (one without paths is
+    // invalid), and it comes back with one.
+    kubectl_ok(&["delete", "-n", &ns.0, "service/billing"]);
+    wait_until(WAIT, "the Ingress pruned", || !exists(&ns.0, ingress));
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        "service/grpc",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/ports/-","value":{"name":"http","port":80}}]"#,
+    ]);
+    wait_until(WAIT, "the Ingress back", || paths() == route("grpc"));
+    // Its children are all in its own namespace (owner references): no cleanup finalizer.
+    assert!(!has_ruleop_finalizer(&ns.0, parent));
+    kubectl_ok(&["delete", "-n", &ns.0, parent, "--timeout=30s"]);
 }
