@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use support::audit::{AuditMark, AuditedWrite, listing};
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -92,21 +93,33 @@ fn a_template_edit_shows_exactly_the_changed_field_of_each_parent_and_writes_not
         t.replace("targetPort: 5432", "targetPort: 5433")
     });
 
-    let persisted = apiserver_writes_dry_run(DATABASE_WRITES, "");
-    let dry_runs = apiserver_writes_dry_run(&["services"], "All");
+    let mark = AuditMark::now();
     let out = ruleop_diff(&ns.0, &root().join("rules"), templates.path());
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
 
-    assert_eq!(
-        apiserver_writes_dry_run(DATABASE_WRITES, ""),
-        persisted,
-        "ruleop diff wrote nothing"
+    // The audit log is written as each request completes: wait for the three dry runs to show.
+    let service_dry_runs = |requests: &[AuditedWrite]| {
+        requests
+            .iter()
+            .filter(|w| w.dry_run && w.resource == "services" && w.object.starts_with(&format!("{}/", ns.0)))
+            .count()
+    };
+    wait_until(WAIT, "the audit log to show ruleop diff's dry runs", || {
+        service_dry_runs(&mark.ruleop_requests()) >= 3
+    });
+    let requests = mark.ruleop_requests();
+    let persisted: Vec<AuditedWrite> = requests.iter().filter(|w| !w.dry_run).cloned().collect();
+    assert!(
+        persisted.is_empty(),
+        "ruleop diff wrote nothing, yet:{}",
+        listing(&persisted)
     );
     assert_eq!(
-        apiserver_writes_dry_run(&["services"], "All") - dry_runs,
+        service_dry_runs(&requests),
         3,
-        "one server-side apply dry run per changed Service"
+        "one server-side apply dry run per changed Service:{}",
+        listing(&requests)
     );
     for name in names {
         let section = format!(

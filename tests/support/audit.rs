@@ -75,13 +75,18 @@ impl AuditMark {
         whole.lines().filter(|l| !l.is_empty()).map(parse).collect()
     }
 
+    /// Every write request ruleop sent since the mark, in any namespace, dry runs included.
+    pub fn ruleop_requests(&self) -> Vec<AuditedWrite> {
+        self.since().into_iter().filter(AuditedWrite::by_ruleop).collect()
+    }
+
     /// The writes ruleop sent since the mark to `resources` (their subresources included) in
     /// `namespace`, dry runs left out. Every ruleop process counts, so a test names its own
     /// namespace: tests of one binary run side by side.
     pub fn ruleop_writes(&self, namespace: &str, resources: &[&str]) -> Vec<AuditedWrite> {
-        self.since()
+        self.ruleop_requests()
             .into_iter()
-            .filter(|w| w.by_ruleop() && !w.dry_run)
+            .filter(|w| !w.dry_run)
             .filter(|w| w.object.split_once('/').is_some_and(|(ns, _)| ns == namespace))
             .filter(|w| resources.contains(&w.resource.split('/').next().unwrap_or_default()))
             .collect()

@@ -531,23 +531,6 @@ pub fn sum_metric(text: &str, name: &str, filter: &[(&str, &str)]) -> u64 {
         .sum::<f64>() as u64
 }
 
-/// Write requests (POST, PUT, PATCH, and APPLY, the verb the API server counts server-side
-/// apply under) it has served for these resources, from its own `apiserver_request_total`, whose
-/// series also carry every label in `extra`. The counters are cluster-wide: they include the
-/// cluster's own controllers' writes ([`audit::AuditMark`] names the writer).
-fn apiserver_writes_labelled(resources: &[&str], extra: &[(&str, &str)]) -> u64 {
-    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
-    ["POST", "PUT", "PATCH", "APPLY"]
-        .iter()
-        .flat_map(|verb| resources.iter().map(move |r| (*verb, *r)))
-        .map(|(verb, resource)| {
-            let mut labels = vec![("verb", verb), ("resource", resource)];
-            labels.extend_from_slice(extra);
-            sum_metric(&text, "apiserver_request_total", &labels)
-        })
-        .sum()
-}
-
 /// Open watches the API server is serving on `resource` with `scope` (`namespace`, `cluster`),
 /// from its own `apiserver_longrunning_requests` gauge.
 pub fn apiserver_watches(resource: &str, scope: &str) -> u64 {
@@ -574,12 +557,6 @@ pub fn service_account_kubeconfig(namespace: &str, name: &str) -> (tempfile::Tem
     );
     std::fs::write(&path, text).expect("write kubeconfig");
     (dir, path)
-}
-
-/// The write requests of [`apiserver_writes_labelled`] by the API server's `dry_run` label: `""`
-/// counts the writes it persisted, `"All"` the dry runs it computed and threw away.
-pub fn apiserver_writes_dry_run(resources: &[&str], dry_run: &str) -> u64 {
-    apiserver_writes_labelled(resources, &[("dry_run", dry_run)])
 }
 
 /// A rules directory: the shipped rules with `edit` applied to each file's text.
