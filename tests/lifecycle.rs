@@ -1,7 +1,8 @@
 //! The parent's lifecycle against the real control plane: the final backup on deletion (waited
 //! for, or given up after its timeout), the confused-deputy guard, cluster-scoped children
-//! cleaned up through the finalizer, SIGKILL in the middle of that cleanup, and pausing and
-//! requesting a reconcile with annotations.
+//! cleaned up through the finalizer, SIGKILL in the middle of that cleanup, pausing and
+//! requesting a reconcile with annotations, the backups volume released (`deletionPolicy:
+//! Orphan`), and `updateStrategy: Recreate` and `OnDelete`.
 
 mod support;
 
@@ -71,6 +72,17 @@ fn a_deleted_database_waits_for_its_final_backup_then_goes() {
     let took = wait_until(WAIT, "the Database to be gone", || !exists(&ns.0, "database/orders"));
     eprintln!("Job succeeded -> Database gone: {took:?}");
     assert_eq!(final_backup_jobs(&ns.0), jobs, "still one final backup, kept");
+    // Its backups volume (deletionPolicy: Orphan) outlives it, released: nothing of ruleop's
+    // left on it, so neither the garbage collector nor a later Database of that name claims it.
+    assert_eq!(
+        get(
+            &ns.0,
+            "pvc/orders-backups",
+            "{.metadata.ownerReferences}|{.metadata.labels}|{.metadata.annotations}"
+        ),
+        "|{\"app\":\"orders\"}|",
+        "the backups volume is released"
+    );
 }
 
 #[test]
@@ -418,4 +430,59 @@ fn sigkill_during_cleanup_leaks_nothing_and_leaves_no_parent_stuck() {
         operator.stop();
     }
     eprintln!("{kills} SIGKILLs, nothing leaked, nothing stuck");
+}
+
+/// The shipped rules plus a ConfigMap child `settings` with this `updateStrategy`, holding the
+/// Database's replicas.
+fn rules_with_strategy(strategy: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let rules = rules_with(&format!(
+        "    - id: settings\n      apiVersion: v1\n      kind: ConfigMap\n      template: extra/settings.yaml.j2\n      updateStrategy: {strategy}\n"
+    ));
+    let templates = templates_with(&[(
+        "extra/settings.yaml.j2",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-settings\ndata:\n  replicas: \"{{ spec.replicas }}\"\n",
+    )]);
+    (rules, templates)
+}
+
+fn settings(ns: &str) -> String {
+    get(ns, "configmap/orders-settings", "{.metadata.uid}/{.data.replicas}")
+}
+
+#[test]
+fn a_recreate_child_is_deleted_and_created_again_when_its_rendering_changes() {
+    install_crds();
+    let ns = Namespace::new("lc-recreate");
+    let (rules, templates) = rules_with_strategy("Recreate");
+    let _operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "the settings", || settings(&ns.0).ends_with("/1"));
+    let first = settings(&ns.0);
+    merge_patch(&ns.0, "database/orders", r#"{"spec":{"replicas":2}}"#);
+    wait_until(WAIT, "the settings of 2 replicas", || settings(&ns.0).ends_with("/2"));
+    let second = settings(&ns.0);
+    assert_ne!(
+        first.split('/').next(),
+        second.split('/').next(),
+        "a new object, not an update: {first} -> {second}"
+    );
+}
+
+#[test]
+fn an_on_delete_child_keeps_its_live_object_until_someone_deletes_it() {
+    install_crds();
+    let ns = Namespace::new("lc-ondelete");
+    let (rules, templates) = rules_with_strategy("OnDelete");
+    let _operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(WAIT, "the settings", || settings(&ns.0).ends_with("/1"));
+    merge_patch(&ns.0, "database/orders", r#"{"spec":{"replicas":2}}"#);
+    wait_until(WAIT, "generation 2 observed", || {
+        get(&ns.0, "database/orders", "{.status.observedGeneration}") == "2"
+    });
+    assert!(settings(&ns.0).ends_with("/1"), "kept: {}", settings(&ns.0));
+    kubectl_ok(&["delete", "-n", &ns.0, "configmap/orders-settings"]);
+    wait_until(WAIT, "the settings created again from the new rendering", || {
+        settings(&ns.0).ends_with("/2")
+    });
 }

@@ -2,16 +2,11 @@
 
 use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::{ApplyError, Cluster, FIELD_MANAGER, compare};
-use crate::engine::plan::children::{DesiredChild, ObjectRef};
-use crate::engine::rules::load::hex;
+use crate::engine::plan::children::{ANNOTATION_DESIRED_HASH, ChildUpdate, DesiredChild, ObjectRef, desired_hash};
+use crate::engine::plan::lifecycle::Release;
 use crate::engine::rules::model::ImmutableChangePolicy;
-
-/// Annotation holding a digest of everything we render for a child: removing a field from a
-/// template changes it, so the removal is applied even though the live object still covers us.
-pub const ANNOTATION_DESIRED_HASH: &str = "ruleop.io/desired-hash";
 
 /// What happened to one child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,12 +19,14 @@ pub enum ChildOutcome {
     Updated,
     /// It was deleted to be created again (immutable field changed, `onImmutableChange: recreate`).
     Recreated,
+    /// It was deleted for `updateStrategy: Recreate`; a later reconcile creates it once it is gone.
+    DeletedToRecreate,
 }
 
 /// The object we send: the rendered child plus its desired-hash annotation.
 pub fn with_desired_hash(child: &DesiredChild) -> Value {
     let mut object = child.object.clone();
-    let digest = hex(&Sha256::digest(child.object.to_string().as_bytes())[..8]);
+    let digest = desired_hash(&child.object);
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
         if let Some(annotations) = annotations.as_object_mut() {
@@ -39,12 +36,23 @@ pub fn with_desired_hash(child: &DesiredChild) -> Value {
     object
 }
 
-/// Applies one child unless `live` already covers it.
+/// Applies one child unless `live` already covers it, or what its update strategy says instead.
 pub async fn apply_child(
     cluster: &Cluster<'_>,
     child: &DesiredChild,
     live: Option<&Value>,
 ) -> Result<ChildOutcome, ApplyError> {
+    match child.update {
+        ChildUpdate::Apply => {}
+        ChildUpdate::Keep => return Ok(ChildOutcome::Unchanged),
+        ChildUpdate::Recreate => {
+            delete(cluster, &child.target).await?;
+            if let Some(uid) = parent_uid(child) {
+                cluster.written.record_child(uid, &child.target, None);
+            }
+            return Ok(ChildOutcome::DeletedToRecreate);
+        }
+    }
     let desired = with_desired_hash(child);
     if live.is_some_and(|live| compare::covers(live, &desired)) {
         return Ok(ChildOutcome::Unchanged);
@@ -97,14 +105,18 @@ pub async fn apply_child(
 
 /// Remembers an applied child's resourceVersion until its cache shows it (see [`super::WrittenParents`]).
 fn remember(cluster: &Cluster<'_>, child: &DesiredChild, version: Option<&str>) {
-    let uid = child
+    if let (Some(uid), Some(version)) = (parent_uid(child), version.and_then(|v| v.parse::<u64>().ok())) {
+        cluster.written.record_child(uid, &child.target, Some(version));
+    }
+}
+
+/// The UID of the parent a rendered child carries in its labels.
+fn parent_uid(child: &DesiredChild) -> Option<&str> {
+    child
         .object
         .pointer("/metadata/labels")
         .and_then(|labels| labels.get(crate::engine::plan::context::LABEL_PARENT_UID))
-        .and_then(Value::as_str);
-    if let (Some(uid), Some(version)) = (uid, version.and_then(|v| v.parse::<u64>().ok())) {
-        cluster.written.record_child(uid, &child.target, Some(version));
-    }
+        .and_then(Value::as_str)
 }
 
 /// When someone else changed the key of a list item we own (say a Service port 5432 -> 6000),
@@ -149,6 +161,29 @@ fn is_immutable(status: &kube::core::Status) -> bool {
         && ["immutable", "may not change once set", "Forbidden: updates to"]
             .iter()
             .any(|phrase| status.message.contains(phrase))
+}
+
+/// Releases an orphaned child (`deletionPolicy: Orphan`): one merge patch, under its
+/// resourceVersion, removing ruleop's labels, annotations and ownerReference. A child already
+/// gone counts as released.
+pub async fn release(cluster: &Cluster<'_>, release: &Release) -> Result<(), ApplyError> {
+    let target = &release.target;
+    let api = cluster.api(&target.api_version, &target.kind, &target.namespace)?;
+    cluster.count_write("PATCH", &target.kind);
+    match api
+        .patch(&target.name, &PatchParams::default(), &Patch::Merge(&release.patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            Err(ApplyError::Conflict(format!("release of {target}")))
+        }
+        Err(source) => Err(ApplyError::Prune {
+            target: target.clone(),
+            source: Box::new(source),
+        }),
+    }
 }
 
 /// Deletes a child (background propagation); a child already gone counts as deleted.

@@ -14,9 +14,9 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 use tracing::warn;
 
-use super::children::ANNOTATION_DESIRED_HASH;
 use super::{Cluster, FIELD_MANAGER, ParentHandle, compare};
 use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
+use crate::engine::plan::children::ANNOTATION_DESIRED_HASH;
 use crate::engine::plan::children::ObjectRef;
 
 /// Repairs allowed at once.

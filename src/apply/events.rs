@@ -266,6 +266,7 @@ pub struct Summary {
     recreated: Vec<ObjectRef>,
     updated: Vec<ObjectRef>,
     deleted: Vec<ObjectRef>,
+    released: Vec<ObjectRef>,
     ran: Vec<String>,
 }
 
@@ -277,6 +278,7 @@ impl Summary {
             ChildOutcome::Created => &mut self.created,
             ChildOutcome::Recreated => &mut self.recreated,
             ChildOutcome::Updated => &mut self.updated,
+            ChildOutcome::DeletedToRecreate => &mut self.deleted,
         };
         list.push(target.clone());
     }
@@ -284,6 +286,11 @@ impl Summary {
     /// Notes a prune (or a cleanup delete).
     pub fn deleted(&mut self, target: &ObjectRef) {
         self.deleted.push(target.clone());
+    }
+
+    /// Notes a child released to live on (`deletionPolicy: Orphan`).
+    pub fn released(&mut self, target: &ObjectRef) {
+        self.released.push(target.clone());
     }
 
     /// Notes a successful action run.
@@ -300,6 +307,7 @@ impl Summary {
             (!self.recreated.is_empty(), "ChildRecreated"),
             (!self.updated.is_empty(), "ChildUpdated"),
             (!self.deleted.is_empty(), "ChildPruned"),
+            (!self.released.is_empty(), "ChildReleased"),
         ]
         .into_iter()
         .find_map(|(any, reason)| any.then_some(reason))
@@ -321,6 +329,7 @@ impl Summary {
             ("recreated", &self.recreated),
             ("updated", &self.updated),
             ("deleted", &self.deleted),
+            ("released", &self.released),
         ]
         .into_iter()
         .filter(|(_, list)| !list.is_empty())

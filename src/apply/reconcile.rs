@@ -1,5 +1,5 @@
 //! Applying one plan, in its order: the finalizer before any label-owned child, the children
-//! side by side (drift repairs held while a fight's budget is spent), prune, the parent's own
+//! side by side (drift repairs held while a fight's budget is spent), prune and release, the parent's own
 //! metadata, actions, the status write last, then the finalizer's removal; and reporting a
 //! failed reconcile on the parent.
 
@@ -7,7 +7,7 @@ use kube::runtime::events::EventType;
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::children::{ChildOutcome, apply_child, delete, with_desired_hash};
+use super::children::{self, ChildOutcome, apply_child, delete, with_desired_hash};
 use super::{ApplyError, Cluster, ParentHandle, actions, api_error, cleanup, drift_limit, events};
 use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::engine::plan::children::ObjectRef as ChildRef;
@@ -90,6 +90,13 @@ async fn apply_plan_steps(
         }
         summary.deleted(target);
     }
+    for release in &plan.release {
+        children::release(cluster, release).await?;
+        if let Some(uid) = &handle.reference.uid {
+            cluster.written.record_child(uid, &release.target, None);
+        }
+        summary.released(&release.target);
+    }
     debug!(parent = %handle.name, "children applied");
     if let Some(apply) = &plan.parent_metadata {
         cluster.apply_parent_metadata(handle, apply).await?;
@@ -164,7 +171,9 @@ fn hold_drift_repairs(
         .children
         .iter()
         .zip(lives)
-        .map(|(child, live)| live.is_some_and(|live| drift_limit::is_drift(&with_desired_hash(child), live)))
+        .map(|(child, live)| {
+            child.update.is_apply() && live.is_some_and(|live| drift_limit::is_drift(&with_desired_hash(child), live))
+        })
         .collect();
     let Some(first) = drifted.iter().position(|d| *d) else {
         return drifted.iter().map(|_| false).collect();

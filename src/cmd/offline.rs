@@ -5,6 +5,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::cmd::cli::{OutputFormat, Sources};
+use crate::engine::plan::children::ChildUpdate;
 use crate::engine::plan::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use crate::engine::plan::foreach::ANNOTATION_ITEM_KEY;
 use crate::engine::plan::lookups::{LookupKey, LookupSource};
@@ -392,7 +393,15 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
             .and_then(Value::as_str)
             .map(|key| format!(" item {key:?}"))
             .unwrap_or_default();
-        out.push_str(&format!("---\n# child {:?}{item}: {}\n", child.id, child.target));
+        let update = match child.update {
+            ChildUpdate::Apply => "",
+            ChildUpdate::Keep => " (updateStrategy: the live object is kept as it is)",
+            ChildUpdate::Recreate => " (updateStrategy: the live object is deleted; created again once it is gone)",
+        };
+        out.push_str(&format!(
+            "---\n# child {:?}{item}: {}{update}\n",
+            child.id, child.target
+        ));
         out.push_str(&yaml::to_string(&child.object));
     }
     if !plan.waiting.is_empty() {
@@ -407,6 +416,16 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
     out.push_str(&format!("# === prune ({}) ===\n", plan.prune.len()));
     for target in &plan.prune {
         out.push_str(&format!("# delete {target}\n"));
+    }
+    if !plan.release.is_empty() {
+        out.push_str(&format!(
+            "# === release ({}, deletionPolicy: Orphan: left in place, no longer ruleop's) ===\n",
+            plan.release.len()
+        ));
+        for release in &plan.release {
+            out.push_str(&format!("# release {} with the merge patch\n", release.target));
+            out.push_str(&commented(&yaml::to_string(&release.patch), "#   "));
+        }
     }
     out.push_str(&format!("# === actions ({}) ===\n", plan.actions.len()));
     for decision in &plan.actions {

@@ -17,9 +17,10 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value};
 
-use crate::apply::children::{ANNOTATION_DESIRED_HASH, with_desired_hash};
+use crate::apply::children::with_desired_hash;
 use crate::apply::{FIELD_MANAGER, api_error, compare};
 use crate::cache::discovery::Kinds;
+use crate::engine::plan::children::ANNOTATION_DESIRED_HASH;
 use crate::engine::plan::children::{DesiredChild, ObjectRef};
 use crate::engine::plan::context::{LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use crate::engine::plan::deletion::{FINALIZER, FinalizerStep};

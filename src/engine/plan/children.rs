@@ -1,12 +1,52 @@
 //! Desired children: render a child's template and check it is exactly the one object declared.
 
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use super::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use super::{PlanError, builtin, names, scope};
+use crate::engine::rules::load::hex;
 use crate::engine::rules::model::ImmutableChangePolicy;
 use crate::engine::template::Renderer;
 use crate::engine::yaml;
+
+/// Annotation holding a digest of everything we render for a child: removing a field from a
+/// template changes it, so the removal is applied even though the live object still covers us;
+/// and `updateStrategy: Recreate` compares it to tell a changed rendering from drift.
+pub const ANNOTATION_DESIRED_HASH: &str = "ruleop.io/desired-hash";
+
+/// The digest [`ANNOTATION_DESIRED_HASH`] holds for a rendered object.
+pub fn desired_hash(object: &Value) -> String {
+    hex(&Sha256::digest(object.to_string().as_bytes())[..8])
+}
+
+/// The digest a live object carries, if any.
+pub fn live_hash(live: &Value) -> Option<&str> {
+    live.pointer("/metadata/annotations")?
+        .get(ANNOTATION_DESIRED_HASH)?
+        .as_str()
+}
+
+/// What this reconcile does with a child that exists (see `updateStrategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ChildUpdate {
+    /// Server-side apply it (a no-op when the live object already holds it).
+    #[default]
+    Apply,
+    /// Leave the live object as it is (`OnDelete`, an item waiting for its rolling turn, or an
+    /// object still being deleted for `Recreate`).
+    Keep,
+    /// Delete it; a later reconcile creates it from the new rendering once it is gone.
+    Recreate,
+}
+
+impl ChildUpdate {
+    /// Whether it is the default (left out of `ruleop render`).
+    pub fn is_apply(&self) -> bool {
+        *self == ChildUpdate::Apply
+    }
+}
 
 /// A child as it will be applied.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -26,6 +66,9 @@ pub struct DesiredChild {
     /// this parent's (`adopt: true`); otherwise such an object is refused (`ChildNotOwned`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub adopt: bool,
+    /// What happens to the live object, by the child's `updateStrategy`.
+    #[serde(skip_serializing_if = "ChildUpdate::is_apply")]
+    pub update: ChildUpdate,
 }
 
 /// Identity of an object (`namespace` is empty for cluster-scoped kinds).
@@ -221,5 +264,6 @@ pub fn desired_child(
         object,
         on_immutable_change,
         adopt: false,
+        update: ChildUpdate::Apply,
     })
 }

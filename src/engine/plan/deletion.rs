@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::actions::{self, ANNOTATION_KEY, DELETE_GUARD_VALUE, RunRecord, Scope, phase};
 use super::children::ObjectRef;
 use super::context::{self, LABEL_ACTION, LABEL_CHILD, ParentRef};
-use super::{DesiredStatus, Plan, PlanError, label, scope};
+use super::{DesiredStatus, Plan, PlanError, label, lifecycle, scope};
 use crate::engine::rules::Rule;
 use crate::engine::rules::model::{ActionSpec, ActionTrigger};
 use crate::engine::template::Renderer;
@@ -75,18 +75,21 @@ pub fn has_finalizer(parent: &Value) -> bool {
 }
 
 /// The finalizer step of a live (not deleting) parent: add it when the rule may own children
-/// by labels, or when an `on: delete` action would run (its `when` is true now). Once added it
-/// stays until the deletion (a parent whose `when` turned false is released quickly then).
+/// by labels, when a desired child is to be orphaned (`orphans`: it must be released before
+/// the garbage collector follows its ownerReference), or when an `on: delete` action would run
+/// (its `when` is true now). Once added it stays until the deletion (a parent whose `when`
+/// turned false is released quickly then).
 pub fn finalizer_step(
     renderer: &Renderer,
     rule: &Rule,
     parent: &Value,
     context: &minijinja::Value,
+    orphans: bool,
 ) -> Result<FinalizerStep, PlanError> {
     if has_finalizer(parent) {
         return Ok(FinalizerStep::Unchanged);
     }
-    let mut needed = rule.may_own_by_label();
+    let mut needed = rule.may_own_by_label() || orphans;
     for action in rule.spec.actions.iter().filter(|a| a.on == ActionTrigger::Delete) {
         if needed {
             break;
@@ -190,13 +193,19 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<Plan, PlanError> {
     if !settled {
         return Ok(empty(status, deletion, FinalizerStep::Unchanged, decisions));
     }
-    let cleanup: Vec<ObjectRef> = inputs
+    // Children to orphan are released before the garbage collector follows their
+    // ownerReference; label-owned ones are deleted here, the others by the garbage collector.
+    let children = inputs
         .ours
         .iter()
+        .copied()
         .filter(|o| label(o, LABEL_CHILD).is_some() && label(o, LABEL_ACTION).is_none())
+        .filter(|o| o.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null));
+    let (cleanup, release) = lifecycle::removals(inputs.rule, &parent_ref.uid, children);
+    let cleanup: Vec<ObjectRef> = cleanup
+        .into_iter()
         .filter(|o| scope::is_label_owned(o, &parent_ref.namespace))
-        .filter(|o| o.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null))
-        .filter_map(|o| ObjectRef::of(o))
+        .filter_map(ObjectRef::of)
         .collect();
     // Deleting a Namespace deletes what is in it: no request per object inside.
     let namespaces: Vec<String> = cleanup
@@ -210,6 +219,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<Plan, PlanError> {
         .collect();
     let mut plan = empty(status, deletion, FinalizerStep::Remove, decisions);
     plan.prune = cleanup;
+    plan.release = release;
     Ok(plan)
 }
 
@@ -222,6 +232,7 @@ fn empty(
     Plan {
         children: Vec::new(),
         prune: Vec::new(),
+        release: Vec::new(),
         waiting: Vec::new(),
         lookups: Vec::new(),
         actions,

@@ -11,6 +11,7 @@ pub mod children;
 pub mod context;
 pub mod deletion;
 pub mod foreach;
+pub mod lifecycle;
 pub mod lookups;
 pub mod names;
 pub mod observed;
@@ -162,8 +163,12 @@ pub const MAX_PLAN_BYTES: usize = 8 << 20;
 pub struct Plan {
     /// Desired children, in rule order.
     pub children: Vec<DesiredChild>,
-    /// Observed children of this parent that are no longer desired.
+    /// Observed children of this parent that are no longer desired (or, while it is being
+    /// deleted, its label-owned children), to delete.
     pub prune: Vec<ObjectRef>,
+    /// Children to release instead (`deletionPolicy: Orphan`), after the prune.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub release: Vec<lifecycle::Release>,
     /// Desired children held back by `dependsOn` (not applied, not pruned).
     pub waiting: Vec<Waiting>,
     /// What each lookup read.
@@ -348,10 +353,12 @@ fn plan_parent(
                     bytes: plan_bytes,
                 });
             }
-            Ok(DesiredChild {
+            let mut rendered = DesiredChild {
                 adopt: child.adopt,
                 ..rendered
-            })
+            };
+            lifecycle::mark(&mut rendered.object, child.deletion_policy);
+            Ok(rendered)
         };
         let Some(items) = items else {
             desired.push(render(&context)?);
@@ -381,12 +388,16 @@ fn plan_parent(
     let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
     // A child waiting for its dependencies keeps what it has: never prune because of an order.
     let held: BTreeSet<&str> = waiting.iter().map(|w| w.id.as_str()).collect();
-    let prune = ours
+    let unwanted = ours
         .iter()
+        .copied()
         .filter(|o| label(o, LABEL_CHILD).is_some_and(|id| !held.contains(id)))
-        .filter_map(|o| ObjectRef::of(o))
-        .filter(|target| !wanted.contains(target))
-        .collect();
+        .filter(|o| ObjectRef::of(o).is_some_and(|target| !wanted.contains(&target)));
+    let (prune, release) = lifecycle::removals(rule, &parent_ref.uid, unwanted);
+    let prune = prune.into_iter().filter_map(ObjectRef::of).collect();
+    let mut desired = desired;
+    lifecycle::update_strategies(rule, &mut desired, &ours, &readiness);
+    let orphans = desired.iter().any(|c| lifecycle::is_orphaned(rule, &c.object));
 
     let scope = Scope {
         now,
@@ -427,10 +438,11 @@ fn plan_parent(
     Ok(Plan {
         children: desired,
         prune,
+        release,
         waiting,
         lookups: lookups_read,
         actions,
-        finalizer: deletion::finalizer_step(renderer, rule, parent, &context)?,
+        finalizer: deletion::finalizer_step(renderer, rule, parent, &context, orphans)?,
         deletion: None,
         status_patch,
         status,

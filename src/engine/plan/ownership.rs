@@ -111,7 +111,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::engine::rules::model::RuleSpec;
 
     fn parent() -> ParentRef {
         ParentRef {
@@ -133,18 +132,9 @@ mod tests {
     }
 
     fn rule(allowed: &[&str]) -> Rule {
-        let spec: RuleSpec = crate::engine::yaml::from_str(&format!(
+        Rule::from_spec_yaml(&format!(
             "watch: {{apiVersion: myorg.io/v1, kind: Database}}\nallowedNamespaces: {allowed:?}\n"
         ))
-        .expect("rule spec");
-        Rule {
-            name: "database".into(),
-            file: "rules/database.yaml".into(),
-            spec,
-            resync: None,
-            digest: String::new(),
-            cluster_scoped: Default::default(),
-        }
     }
 
     #[test]

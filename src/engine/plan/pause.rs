@@ -44,6 +44,7 @@ pub fn plan(parent: &Value, now: &str) -> Plan {
     Plan {
         children: Vec::new(),
         prune: Vec::new(),
+        release: Vec::new(),
         waiting: Vec::new(),
         lookups: Vec::new(),
         actions: Vec::new(),

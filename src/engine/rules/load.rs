@@ -533,6 +533,16 @@ impl RuleChecker<'_> {
                     None,
                 );
             }
+            if child.update_strategy.is_rolling() {
+                self.report(
+                    self.at(&child.id),
+                    format!(
+                        "child {id:?}: updateStrategy {:?} rolls the items of a forEach, and forEach is not set",
+                        child.update_strategy
+                    ),
+                    Some("use Recreate or InPlace for a single object"),
+                );
+            }
         }
         if let Some(key) = &child.key {
             self.compile_inline(rule, &format!("children.{id}.key"), &key.value, self.at(key));

@@ -40,6 +40,19 @@ pub fn is_built_in_api(api_version: &str) -> bool {
 }
 
 impl Rule {
+    /// A rule named `database` from `rules/database.yaml` with this spec (YAML), for unit tests.
+    #[cfg(test)]
+    pub fn from_spec_yaml(spec: &str) -> Rule {
+        Rule {
+            name: "database".into(),
+            file: "rules/database.yaml".into(),
+            spec: crate::engine::yaml::from_str(spec).expect("a rule spec"),
+            resync: None,
+            digest: String::new(),
+            cluster_scoped: Default::default(),
+        }
+    }
+
     /// The name under which an inline string (status field, reason, URL) of this rule is compiled.
     pub fn inline_template(&self, field_path: &str) -> String {
         inline_template_name(&self.name, field_path)
@@ -158,9 +171,22 @@ impl Rule {
                 .any(|c| self.is_cluster_scoped(&c.api_version, &c.kind))
     }
 
-    /// Whether parents may need the cleanup finalizer: label-owned children or `on: delete` actions.
+    /// Whether a child is orphaned, not deleted, with its parent (`deletionPolicy: Orphan`): the
+    /// finalizer then holds the parent until those children are released, before the garbage
+    /// collector would follow their ownerReference.
+    pub fn orphans_children(&self) -> bool {
+        self.spec
+            .children
+            .iter()
+            .any(|c| c.deletion_policy == model::DeletionPolicy::Orphan)
+    }
+
+    /// Whether parents may need the cleanup finalizer: label-owned children, children to orphan
+    /// or `on: delete` actions.
     pub fn needs_finalizer(&self) -> bool {
-        self.may_own_by_label() || self.spec.actions.iter().any(|a| a.on == model::ActionTrigger::Delete)
+        self.may_own_by_label()
+            || self.orphans_children()
+            || self.spec.actions.iter().any(|a| a.on == model::ActionTrigger::Delete)
     }
 
     /// The `(apiVersion, kind)` of every object kind the rule creates: children and created actions.

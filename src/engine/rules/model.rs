@@ -149,6 +149,14 @@ pub struct ChildSpec {
     /// never a parent; set it only where the object's name is not chosen by the parent.
     #[serde(default)]
     pub adopt: bool,
+    /// How a live child takes a changed rendering: `InPlace` (default), `OnDelete`, `Recreate`,
+    /// or for a `forEach` child one item at a time, `RollingInPlace` or `RollingRecreate`.
+    #[serde(default)]
+    pub update_strategy: UpdateStrategy,
+    /// What becomes of the object when it is pruned or its parent is deleted: `Delete` (default)
+    /// or `Orphan` (ruleop's labels, annotations and ownerReference are removed; it stays).
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
     /// Jinja expression giving a list or a map: one object per item, the template sees `item`
     /// and `item_key`. Objects are identified by their key, never by their position.
     #[serde(default)]
@@ -223,6 +231,42 @@ pub enum ImmutableChangePolicy {
     Report,
     /// Delete the child and create it again from the new rendering.
     Recreate,
+}
+
+/// How a live child takes a changed rendering (see docs/concepts/lifecycle.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema, serde::Serialize)]
+pub enum UpdateStrategy {
+    /// Server-side apply the change onto the live object.
+    #[default]
+    InPlace,
+    /// Never change a live object; create it again only once someone deleted it.
+    OnDelete,
+    /// Delete the live object when what ruleop renders for it changed; the next reconcile
+    /// creates it from the new rendering once it is gone.
+    Recreate,
+    /// `forEach` only: change one item in place at a time, and only while every item exists and
+    /// is ready (`readyWhen`).
+    RollingInPlace,
+    /// `forEach` only: recreate one item at a time, and only while every item exists and is
+    /// ready (`readyWhen`).
+    RollingRecreate,
+}
+
+impl UpdateStrategy {
+    /// Whether it changes the items of a `forEach` one at a time.
+    pub fn is_rolling(self) -> bool {
+        matches!(self, UpdateStrategy::RollingInPlace | UpdateStrategy::RollingRecreate)
+    }
+}
+
+/// What becomes of a child when it is pruned or its parent is deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Delete it.
+    #[default]
+    Delete,
+    /// Leave it, released: without ruleop's labels, annotations and ownerReference.
+    Orphan,
 }
 
 /// A guarded one-shot action.
