@@ -364,7 +364,11 @@ pub fn action_run_note(decision: &ActionDecision) -> String {
         ),
         None => "nothing to do".to_owned(),
     };
-    format!("ran {} for {guard} (key {key}): {effect}", decision.id)
+    let skipped = match decision.skipped_slots {
+        0 => String::new(),
+        n => format!(", {n} earlier slot(s) skipped"),
+    };
+    format!("ran {} for {guard} (key {key}{skipped}): {effect}", decision.id)
 }
 
 #[cfg(test)]
@@ -422,6 +426,7 @@ mod tests {
                 json!({"kind": "Job", "metadata": {"name": "orders-backup-abc"}}),
             )),
             retry_in_ms: None,
+            skipped_slots: 0,
         });
         assert_eq!(summary.reason(), Some("ActionRan"));
         assert_eq!(

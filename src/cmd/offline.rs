@@ -430,7 +430,14 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
     out.push_str(&format!("# === actions ({}) ===\n", plan.actions.len()));
     for decision in &plan.actions {
         let verdict = if decision.run { "RUN" } else { "skip" };
-        out.push_str(&format!("# {}: {verdict}: {}\n", decision.id, decision.reason));
+        let mut notes = String::new();
+        if decision.skipped_slots > 0 {
+            notes.push_str(&format!(" ({} earlier slot(s) skipped)", decision.skipped_slots));
+        }
+        if let Some(ms) = decision.retry_in_ms {
+            notes.push_str(&format!(" (looking again in {ms} ms)"));
+        }
+        out.push_str(&format!("# {}: {verdict}: {}{notes}\n", decision.id, decision.reason));
         if let Some(effect) = &decision.effect {
             let printed = match effect {
                 plan::actions::Effect::Create(object) => yaml::to_string(object),

@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use super::PlanError;
 use super::children::{Declared, Placement, render_object};
 use super::context::{self, LABEL_ACTION, ParentRef};
+use super::schedule::{Schedule, Slot};
 use crate::engine::rules::Rule;
 use crate::engine::rules::load::hex;
 use crate::engine::rules::model::{ActionSpec, ActionTrigger};
@@ -57,9 +58,17 @@ pub struct ActionDecision {
     /// What the run does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effect: Option<Effect>,
-    /// When a failed run waits out its backoff: milliseconds until it may be retried.
+    /// When a failed run waits out its backoff: milliseconds until it may be retried; for a
+    /// scheduled action that does not run now, until its next slot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_in_ms: Option<u64>,
+    /// A scheduled run: the slots since the last run that were never run (only the latest does).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub skipped_slots: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What a run does, fully rendered.
@@ -198,12 +207,73 @@ fn backoff_left(record: &RunRecord, now: &str) -> Option<Duration> {
         .filter(|left| !left.is_zero())
 }
 
-/// Decides one action.
+/// Decides one action. A scheduled action that does not run now is looked at again at its
+/// next slot.
 pub fn decide(
     renderer: &Renderer,
     rule: &Rule,
     action: &ActionSpec,
     scope: &Scope<'_>,
+) -> Result<ActionDecision, PlanError> {
+    let slot = scheduled_slot(action, scope)?;
+    let mut decision = decide_guarded(renderer, rule, action, scope, slot.as_ref())?;
+    let next = match slot {
+        Some(Slot::Due { slot, skipped, next }) => {
+            if decision.run && decision.guard_value.as_deref() == Some(slot_guard_value(slot).as_str()) {
+                decision.skipped_slots = skipped;
+            }
+            next
+        }
+        Some(Slot::NotYet { next } | Slot::Missed { next, .. }) => next,
+        None => None,
+    };
+    if !decision.run
+        && decision.retry_in_ms.is_none()
+        && let (Some(next), Ok(now)) = (next, scope.now.parse::<jiff::Timestamp>())
+    {
+        let wait = Duration::try_from(next.duration_since(now)).unwrap_or(Duration::ZERO);
+        decision.retry_in_ms = Some((wait.as_millis() as u64).max(1));
+    }
+    Ok(decision)
+}
+
+/// The guard value of a scheduled run: the slot's UTC time.
+fn slot_guard_value(slot: jiff::Timestamp) -> String {
+    format!("slot={slot}")
+}
+
+/// Where a scheduled action stands at the plan's time, or `None` for another guard.
+fn scheduled_slot(action: &ActionSpec, scope: &Scope<'_>) -> Result<Option<Slot>, PlanError> {
+    let guard = &action.guard;
+    let Some(expression) = &guard.schedule else {
+        return Ok(None);
+    };
+    let invalid = |message: String| PlanError::InvalidParent(format!("action {}: {message}", action.id.value));
+    let schedule = Schedule::parse(expression, guard.time_zone.as_deref()).map_err(invalid)?;
+    let deadline = match &guard.starting_deadline {
+        Some(text) => Some(crate::engine::duration::parse(text).map_err(|e| invalid(e.to_string()))?),
+        None => None,
+    };
+    let now: jiff::Timestamp = scope
+        .now
+        .parse()
+        .map_err(|e| invalid(format!("the plan's time {:?}: {e}", scope.now)))?;
+    let created = scope
+        .parent
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse().ok());
+    let last_run =
+        RunRecord::read(scope.parent, &action.id.value).and_then(|r| r.guard_value.strip_prefix("slot=")?.parse().ok());
+    Ok(Some(schedule.due(now, created, last_run, deadline)))
+}
+
+fn decide_guarded(
+    renderer: &Renderer,
+    rule: &Rule,
+    action: &ActionSpec,
+    scope: &Scope<'_>,
+    slot: Option<&Slot>,
 ) -> Result<ActionDecision, PlanError> {
     let (parent, parent_ref, base_context) = (scope.parent, scope.parent_ref, scope.context);
     let id = action.id.value.as_str();
@@ -215,6 +285,7 @@ pub fn decide(
         key: None,
         effect: None,
         retry_in_ms: None,
+        skipped_slots: 0,
     };
     let record = RunRecord::read(parent, id);
     if let Some(record) = record
@@ -256,6 +327,16 @@ pub fn decide(
         )) {
             Some(Value::String(value)) if !value.is_empty() => format!("annotation={value}"),
             _ => return Ok(skip(format!("annotation {annotation} is not set"))),
+        }
+    } else if let Some(slot) = slot {
+        match slot {
+            Slot::Due { slot, .. } => slot_guard_value(*slot),
+            Slot::NotYet { .. } => return Ok(skip("no slot of its schedule since the parent was created".to_owned())),
+            Slot::Missed { slot, .. } => {
+                return Ok(skip(format!(
+                    "slot {slot} missed: more than startingDeadline ago; waiting for the next slot"
+                )));
+            }
         }
     } else if let Some(condition) = &guard.condition {
         if condition_is_true(parent, condition) {
@@ -394,6 +475,7 @@ fn run(
         key: Some(key),
         effect: Some(effect),
         retry_in_ms: None,
+        skipped_slots: 0,
     })
 }
 

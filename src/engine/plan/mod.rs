@@ -19,6 +19,7 @@ pub mod order;
 pub mod ownership;
 pub mod parent_metadata;
 pub mod pause;
+pub mod schedule;
 pub mod scope;
 pub mod status;
 pub mod status_eval;

@@ -666,18 +666,20 @@ impl RuleChecker<'_> {
         let id = &action.id.value;
         let guards = usize::from(action.guard.generation)
             + usize::from(action.guard.condition.is_some())
-            + usize::from(action.guard.annotation.is_some());
+            + usize::from(action.guard.annotation.is_some())
+            + usize::from(action.guard.schedule.is_some());
         match action.on {
             ActionTrigger::Reconcile => {
                 if guards != 1 {
                     self.report(
                         at.clone(),
                         format!(
-                            "action {id:?}: guard must set exactly one of generation, condition, annotation (found {guards})"
+                            "action {id:?}: guard must set exactly one of generation, condition, annotation, schedule (found {guards})"
                         ),
                         Some("e.g. guard: {generation: true}"),
                     );
                 }
+                self.check_schedule(action);
                 for (field, set) in [
                     ("waitFor", action.wait_for.is_some()),
                     ("timeout", action.timeout.is_some()),
@@ -744,6 +746,43 @@ impl RuleChecker<'_> {
         }
         if let Some(when) = &action.when {
             self.check_expression(when, &format!("actions.{id}.when"));
+        }
+    }
+
+    /// `guard.schedule`, `timeZone` and `startingDeadline`: a valid expression and zone, and
+    /// the other two only beside a schedule.
+    fn check_schedule(&mut self, action: &ActionSpec) {
+        let (at, id, guard) = (self.at(&action.id), &action.id.value, &action.guard);
+        let Some(expression) = &guard.schedule else {
+            for (field, set) in [
+                ("timeZone", guard.time_zone.is_some()),
+                ("startingDeadline", guard.starting_deadline.is_some()),
+            ] {
+                if set {
+                    self.report(
+                        at.clone(),
+                        format!("action {id:?}: guard.{field} applies only to guard.schedule"),
+                        Some("add guard.schedule, or remove the field"),
+                    );
+                }
+            }
+            return;
+        };
+        if let Err(message) = crate::engine::plan::schedule::Schedule::parse(expression, guard.time_zone.as_deref()) {
+            self.report(
+                at.clone(),
+                format!("action {id:?}: guard: {message}"),
+                Some("minute hour day-of-month month day-of-week, e.g. \"0 3 * * *\" (03:00 daily)"),
+            );
+        }
+        if let Some(deadline) = &guard.starting_deadline
+            && let Err(e) = duration::parse(deadline)
+        {
+            self.report(
+                at,
+                format!("action {id:?}: guard.startingDeadline {deadline:?}: {e}"),
+                Some("e.g. startingDeadline: 1h"),
+            );
         }
     }
 

@@ -332,6 +332,19 @@ pub struct Guard {
     /// Run when this annotation's value differs from the value recorded at the last run.
     #[serde(default)]
     pub annotation: Option<String>,
+    /// Run once per slot of this five-field cron expression (`"0 3 * * *"`, Sunday is 0,
+    /// `@daily`-style nicknames allowed): the slot's time is the guard value, so a slot runs
+    /// once across restarts and replicas. Only the latest slot runs, once, even when late;
+    /// slots before the parent existed never run.
+    #[serde(default)]
+    pub schedule: Option<String>,
+    /// The IANA time zone the schedule is read in (default `UTC`), e.g. `Europe/Berlin`.
+    #[serde(default)]
+    pub time_zone: Option<String>,
+    /// How late a slot may still run (e.g. `1h`); an older slot is skipped and the next one
+    /// awaited. Default: no limit (the latest slot runs however late).
+    #[serde(default)]
+    pub starting_deadline: Option<String>,
 }
 
 /// An object to create once per guard value.
