@@ -343,3 +343,73 @@ fn two_operators_at_once_never_create_two_jobs_for_one_key() {
     assert_eq!((keys, effects), (10, 10));
     drop((first, second));
 }
+
+/// Slot → created object, for the ConfigMaps the `minutely` action made in `ns`.
+fn minutely_runs(ns: &str) -> Vec<(String, String)> {
+    kubectl_ok(&[
+        "get",
+        "configmaps",
+        "-n",
+        ns,
+        "-l",
+        "ruleop.io/action=minutely",
+        "-o",
+        "jsonpath={range .items[*]}{.data.slot} {.metadata.name}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .filter_map(|l| l.split_once(' '))
+    .map(|(slot, name)| (slot.to_owned(), name.to_owned()))
+    .collect()
+}
+
+#[test]
+fn a_scheduled_action_runs_once_per_slot_across_a_sigkill() {
+    install_crds();
+    let ns = Namespace::new("act-cron");
+    // A real schedule of every minute (no test clock): the test waits for two slots.
+    let rules = rules_dir(|text| {
+        if !text.contains("name: database") {
+            return text.to_owned();
+        }
+        text.replace(
+            "  actions:\n",
+            "  actions:\n    - id: minutely\n      guard: {schedule: \"* * * * *\"}\n      create: {apiVersion: v1, kind: ConfigMap, template: extra/minutely.yaml.j2}\n",
+        )
+    });
+    let templates = templates_with(&[(
+        "extra/minutely.yaml.j2",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ action.name }}\ndata:\n  slot: {{ action.guardValue | tojson }}\n",
+    )]);
+    let slots = Duration::from_secs(150);
+    let operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, ""));
+    wait_until(slots, "the first slot's run", || !minutely_runs(&ns.0).is_empty());
+    // Killed as soon as it created the object: its completion may not be recorded yet.
+    operator.kill();
+    let first = minutely_runs(&ns.0);
+    let _restarted = Operator::start(rules.path(), templates.path(), &ns.0);
+    wait_until(slots, "the next slot's run", || minutely_runs(&ns.0).len() >= 2);
+    let record = || get(&ns.0, "database/orders", "{.status.actions.minutely}");
+    wait_until(WAIT, "the second run recorded Done", || {
+        get(&ns.0, "database/orders", "{.status.actions.minutely.phase}") == "Done"
+            && minutely_runs(&ns.0)
+                .iter()
+                .any(|(slot, _)| record().contains(slot.as_str()))
+            && minutely_runs(&ns.0) != first
+    });
+    eprintln!("record after two slots: {}", record());
+    let runs = minutely_runs(&ns.0);
+    assert_eq!(runs.len(), 2, "one object per slot: {runs:?}");
+    assert!(
+        runs.contains(&first[0]),
+        "the first slot was not run again: {first:?} {runs:?}"
+    );
+    let slot = |i: usize| -> jiff::Timestamp { runs[i].0.trim_start_matches("slot=").parse().expect("a slot time") };
+    let mut times = [slot(0), slot(1)];
+    times.sort();
+    assert_eq!(
+        times[1].duration_since(times[0]).as_secs(),
+        60,
+        "consecutive minutes: {runs:?}"
+    );
+}

@@ -80,7 +80,8 @@ impl Schedule {
         deadline: Option<Duration>,
     ) -> Slot {
         let at = |t: jiff::Timestamp| to_chrono(t).map(|t| t.with_timezone(&self.zone));
-        let Some(now_here) = at(now) else {
+        // Slots are whole minutes: the search keeps the sub-second part of its start.
+        let Some(now_here) = at(whole_seconds(now)) else {
             return Slot::NotYet { next: None };
         };
         let next = self
@@ -120,12 +121,16 @@ impl Schedule {
     }
 }
 
+fn whole_seconds(t: jiff::Timestamp) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
 fn to_chrono(t: jiff::Timestamp) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond().try_into().ok()?)
 }
 
 fn from_chrono(t: &DateTime<Utc>) -> Option<jiff::Timestamp> {
-    jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos().try_into().ok()?).ok()
+    jiff::Timestamp::from_second(t.timestamp()).ok()
 }
 
 #[cfg(test)]
@@ -139,9 +144,14 @@ mod tests {
     #[test]
     fn the_latest_slot_is_due_in_the_schedules_time_zone() {
         let daily = Schedule::parse("0 3 * * *", Some("Europe/Berlin")).expect("valid");
-        // 03:00 in Berlin is 02:00 UTC in winter.
+        // 03:00 in Berlin is 02:00 UTC in winter; the slot is whole, whatever the plan's time.
         assert_eq!(
-            daily.due(at("2026-12-02T10:00:00Z"), Some(at("2026-11-01T00:00:00Z")), None, None),
+            daily.due(
+                at("2026-12-02T10:00:00.734Z"),
+                Some(at("2026-11-01T00:00:00Z")),
+                None,
+                None
+            ),
             Slot::Due {
                 slot: at("2026-12-02T02:00:00Z"),
                 skipped: 0,
