@@ -196,6 +196,25 @@ mod tests {
     }
 
     #[test]
+    fn a_forged_last_run_decades_ago_costs_a_bounded_count() {
+        // Whoever can write status could record a last slot of 1970: the count stops.
+        let minutely = Schedule::parse("* * * * *", None).expect("valid");
+        let started = std::time::Instant::now();
+        let slot = minutely.due(at("2026-12-02T10:00:30Z"), None, Some(at("1970-01-01T00:00:00Z")), None);
+        assert!(
+            matches!(
+                slot,
+                Slot::Due {
+                    skipped: MAX_COUNTED,
+                    ..
+                }
+            ),
+            "{slot:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    }
+
+    #[test]
     fn sunday_is_0_as_in_posix_cron_and_kubernetes_cronjobs() {
         let sundays = Schedule::parse("0 12 * * 0", None).expect("valid");
         // 2026-12-06 is a Sunday.
