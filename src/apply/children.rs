@@ -44,7 +44,7 @@ pub async fn apply_child(
 ) -> Result<ChildOutcome, ApplyError> {
     match child.update {
         ChildUpdate::Apply => {}
-        ChildUpdate::Keep => return Ok(ChildOutcome::Unchanged),
+        ChildUpdate::Keep | ChildUpdate::Wait => return Ok(ChildOutcome::Unchanged),
         ChildUpdate::Recreate => {
             delete(cluster, &child.target).await?;
             if let Some(uid) = parent_uid(child) {

@@ -140,15 +140,12 @@ async fn apply_plan_steps(
             .await
             .map_err(|e| ApplyError::Status(Box::new(e)))?;
     }
-    for message in plan.deletion.iter().flat_map(|d| &d.timed_out) {
-        events::publish(
-            cluster,
-            handle,
-            None,
-            EventType::Warning,
-            "DeleteActionTimedOut",
-            message.clone(),
-        );
+    let timed_out = plan.deletion.iter().flat_map(|d| {
+        let actions = d.timed_out.iter().map(|m| ("DeleteActionTimedOut", m));
+        actions.chain(d.finalize_timed_out.iter().map(|m| ("FinalizeTimedOut", m)))
+    });
+    for (reason, message) in timed_out {
+        events::publish(cluster, handle, None, EventType::Warning, reason, message.clone());
     }
     // Last: every cleanup delete above succeeded and no action is outstanding.
     if plan.finalizer == FinalizerStep::Remove && runs.is_empty() {

@@ -397,6 +397,7 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
             ChildUpdate::Apply => "",
             ChildUpdate::Keep => " (updateStrategy: the live object is kept as it is)",
             ChildUpdate::Recreate => " (updateStrategy: the live object is deleted; created again once it is gone)",
+            ChildUpdate::Wait => " (scaling: Ordered; not created until every item before it exists and is ready)",
         };
         out.push_str(&format!(
             "---\n# child {:?}{item}: {}{update}\n",
@@ -416,6 +417,9 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
     out.push_str(&format!("# === prune ({}) ===\n", plan.prune.len()));
     for target in &plan.prune {
         out.push_str(&format!("# delete {target}\n"));
+    }
+    for held in &plan.held_removals {
+        out.push_str(&format!("# keep {} for now: {}\n", held.target, held.reason));
     }
     if !plan.release.is_empty() {
         out.push_str(&format!(
@@ -487,7 +491,7 @@ fn print_lifecycle(out: &mut String, plan: &Plan) {
         for line in &deletion.waiting {
             out.push_str(&format!("# waiting: {line}\n"));
         }
-        for line in &deletion.timed_out {
+        for line in deletion.timed_out.iter().chain(&deletion.finalize_timed_out) {
             out.push_str(&format!("# timed out (Warning Event): {line}\n"));
         }
         if let Some(ms) = deletion.recheck_in_ms {

@@ -27,7 +27,7 @@ pub fn live_hash(live: &Value) -> Option<&str> {
         .as_str()
 }
 
-/// What this reconcile does with a child that exists (see `updateStrategy`).
+/// What this reconcile does with a child (see `updateStrategy` and `scaling`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ChildUpdate {
@@ -39,6 +39,9 @@ pub enum ChildUpdate {
     Keep,
     /// Delete it; a later reconcile creates it from the new rendering once it is gone.
     Recreate,
+    /// Do not create it yet: an item of a `scaling: Ordered` forEach waits until every item
+    /// before it exists and is ready.
+    Wait,
 }
 
 impl ChildUpdate {

@@ -3,11 +3,14 @@
 //!
 //! Order, and why: the finalizer is added before the first label-owned child exists (so no such
 //! child can outlive an untracked parent); on deletion the `on: delete` actions run first (a
-//! final backup needs the data still there), then label-owned children are deleted, then the
+//! final backup needs the data still there), then the `spec.finalize` phase (the children are
+//! still reconciled until its `until` holds: a set scales to zero), then the children are
+//! deleted (in reverse `dependsOn` order, each wave gone before the next, when the rule orders
+//! them; otherwise the label-owned ones here and the rest by the garbage collector), then the
 //! finalizer is removed. Every step is recomputed from the live state on each reconcile, so a
 //! crash at any point resumes where it stopped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -54,14 +57,17 @@ pub struct Deletion {
     /// `on: delete` actions given up on after their timeout (each becomes a Warning Event).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timed_out: Vec<String>,
-    /// When to look again at a `waitFor`, in milliseconds.
+    /// The finalize phase given up on after its timeout (a Warning Event `FinalizeTimedOut`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finalize_timed_out: Option<String>,
+    /// When to look again at a `waitFor` or a finalize deadline, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recheck_in_ms: Option<u64>,
 }
 
-/// Whether the parent is being deleted.
-pub fn is_deleting(parent: &Value) -> bool {
-    parent
+/// Whether an object (the parent, a child) is being deleted.
+pub fn is_deleting(object: &Value) -> bool {
+    object
         .pointer("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null())
 }
@@ -75,7 +81,7 @@ pub fn has_finalizer(parent: &Value) -> bool {
 }
 
 /// The finalizer step of a live (not deleting) parent: add it when the rule may own children
-/// by labels, when a desired child is to be orphaned (`orphans`: it must be released before
+/// by labels, orders its teardown or has a finalize phase, when a desired child is to be orphaned (`orphans`: it must be released before
 /// the garbage collector follows its ownerReference), or when an `on: delete` action would run
 /// (its `when` is true now). Once added it stays until the deletion (a parent whose `when`
 /// turned false is released quickly then).
@@ -89,7 +95,7 @@ pub fn finalizer_step(
     if has_finalizer(parent) {
         return Ok(FinalizerStep::Unchanged);
     }
-    let mut needed = rule.may_own_by_label() || orphans;
+    let mut needed = rule.always_holds_deletion() || orphans;
     for action in rule.spec.actions.iter().filter(|a| a.on == ActionTrigger::Delete) {
         if needed {
             break;
@@ -129,10 +135,24 @@ pub struct Inputs<'a> {
     pub now: &'a str,
 }
 
-/// Plans one reconcile of a parent being deleted: no child is applied; `on: delete` actions run
-/// or are waited for; once they are settled, label-owned children are deleted (the prune list)
-/// and the finalizer removed.
-pub fn plan(inputs: &Inputs<'_>) -> Result<Plan, PlanError> {
+/// Where a deletion stands once its `on: delete` actions are planned.
+pub enum Stage {
+    /// This reconcile's whole plan: an action runs or is waited for, or the children go.
+    Done(Box<Plan>),
+    /// The actions are settled and the finalize phase goes on: the children are reconciled as
+    /// for a live parent, with these action decisions and this deletion state.
+    Finalize {
+        /// The `on: delete` actions' decisions.
+        actions: Vec<actions::ActionDecision>,
+        /// What holds the deletion (the phase's `until`).
+        deletion: Deletion,
+    },
+}
+
+/// Plans one reconcile of a parent being deleted: `on: delete` actions run or are waited for;
+/// once they are settled the finalize phase (if any) runs until its `until` holds; then the
+/// children are deleted and the finalizer removed.
+pub fn plan(inputs: &Inputs<'_>) -> Result<Stage, PlanError> {
     let Inputs { parent, parent_ref, .. } = *inputs;
     let mut deletion = Deletion::default();
     let status = DesiredStatus {
@@ -143,8 +163,31 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<Plan, PlanError> {
         deletion.waiting.push(format!(
             "no {FINALIZER} finalizer: nothing holds the deletion, nothing to do"
         ));
-        return Ok(empty(status, deletion, FinalizerStep::Unchanged, Vec::new()));
+        return Ok(done(empty(status, deletion, FinalizerStep::Unchanged, Vec::new())));
     }
+    let (decisions, settled) = delete_actions(inputs, &mut deletion)?;
+    if !settled {
+        return Ok(done(empty(status, deletion, FinalizerStep::Unchanged, decisions)));
+    }
+    if finalizing(inputs, &mut deletion) {
+        return Ok(Stage::Finalize {
+            actions: decisions,
+            deletion,
+        });
+    }
+    Ok(done(teardown(inputs, status, deletion, decisions)))
+}
+
+fn done(plan: Plan) -> Stage {
+    Stage::Done(Box::new(plan))
+}
+
+/// Plans the `on: delete` actions; `true` once none of them holds the deletion any more.
+fn delete_actions(
+    inputs: &Inputs<'_>,
+    deletion: &mut Deletion,
+) -> Result<(Vec<actions::ActionDecision>, bool), PlanError> {
+    let Inputs { parent, parent_ref, .. } = *inputs;
     let scope = Scope {
         now: inputs.now,
         parent,
@@ -167,7 +210,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<Plan, PlanError> {
         let record = record.filter(|r| r.key == key);
         let left = time_left(action, record.as_ref(), inputs.now);
         if record.as_ref().is_some_and(|r| r.phase == phase::DONE) {
-            settled &= wait_for_holds(inputs, action, &key, left, &mut deletion)?;
+            settled &= wait_for_holds(inputs, action, &key, left, deletion)?;
         } else if !decision.run && decision.key.is_none() && decision.retry_in_ms.is_none() {
             // `when` is false: nothing to run, nothing to wait for.
         } else if left.is_some_and(|l| l.is_zero()) {
@@ -190,21 +233,94 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<Plan, PlanError> {
         }
         decisions.push(decision);
     }
-    if !settled {
-        return Ok(empty(status, deletion, FinalizerStep::Unchanged, decisions));
+    Ok((decisions, settled))
+}
+
+/// Whether the finalize phase still holds the deletion: its `until` is false (or cannot be
+/// evaluated yet) and its timeout, counted from the deletion request, has not passed.
+fn finalizing(inputs: &Inputs<'_>, deletion: &mut Deletion) -> bool {
+    let Some(finalize) = &inputs.rule.spec.finalize else {
+        return false;
+    };
+    let timeout = finalize
+        .timeout
+        .as_ref()
+        .and_then(|t| crate::engine::duration::parse(&t.value).ok())
+        .unwrap_or(DEFAULT_TIMEOUT);
+    let left = finalize_time_left(inputs.parent, timeout, inputs.now);
+    if left.is_zero() {
+        deletion.finalize_timed_out = Some(format!(
+            "finalize: `{}` did not hold within {}s of the deletion; the deletion goes on",
+            finalize.until.value,
+            timeout.as_secs()
+        ));
+        return false;
     }
-    // Children to orphan are released before the garbage collector follows their
-    // ownerReference; label-owned ones are deleted here, the others by the garbage collector.
-    let children = inputs
+    let label = inputs.rule.inline_template("finalize.until");
+    let verdict = match inputs.renderer.eval_bool(&label, &finalize.until.value, inputs.context) {
+        Ok(true) => return false,
+        Ok(false) => format!("until `{}` is false", finalize.until.value),
+        Err(e) => format!(
+            "until `{}` cannot be evaluated yet: {}",
+            finalize.until.value, e.message
+        ),
+    };
+    deletion
+        .waiting
+        .push(format!("finalize: {verdict}; giving up in {}s", left.as_secs().max(1)));
+    // The children are watched; the deadline is not.
+    deletion.recheck_in_ms = Some(left.as_millis().min(u128::from(u64::MAX)) as u64);
+    true
+}
+
+/// Time left of a finalize phase: `timeout` after the deletion request. `deletionTimestamp` is
+/// kept to whole seconds, rounded down, so a second is added: the phase gets at least `timeout`.
+fn finalize_time_left(parent: &Value, timeout: Duration, now: &str) -> Duration {
+    let requested: Option<jiff::Timestamp> = parent
+        .pointer("/metadata/deletionTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse().ok());
+    let (Some(requested), Ok(now)) = (requested, now.parse::<jiff::Timestamp>()) else {
+        return Duration::ZERO;
+    };
+    let elapsed = Duration::try_from(now.duration_since(requested)).unwrap_or(Duration::ZERO);
+    (timeout + Duration::from_secs(1)).saturating_sub(elapsed)
+}
+
+/// The children's removal once nothing else holds the deletion. A rule that orders its
+/// children deletes them in waves (see [`waves`]); otherwise label-owned children are deleted
+/// here, the others by the garbage collector once the finalizer is gone. Children to orphan
+/// are released before the garbage collector could follow their ownerReference.
+fn teardown(
+    inputs: &Inputs<'_>,
+    status: DesiredStatus,
+    mut deletion: Deletion,
+    decisions: Vec<actions::ActionDecision>,
+) -> Plan {
+    let Inputs { rule, parent_ref, .. } = *inputs;
+    let children: Vec<&Value> = inputs
         .ours
         .iter()
         .copied()
         .filter(|o| label(o, LABEL_CHILD).is_some() && label(o, LABEL_ACTION).is_none())
-        .filter(|o| o.pointer("/metadata/deletionTimestamp").is_none_or(Value::is_null));
-    let (cleanup, release) = lifecycle::removals(inputs.rule, &parent_ref.uid, children);
+        .collect();
+    let (removing, finalizer) = if rule.tears_down_in_order() {
+        let wave = waves(rule, &children, &mut deletion.waiting);
+        let step = if children.is_empty() {
+            FinalizerStep::Remove
+        } else {
+            FinalizerStep::Unchanged
+        };
+        (wave, step)
+    } else {
+        let live: Vec<&Value> = children.into_iter().filter(|o| !is_deleting(o)).collect();
+        (live, FinalizerStep::Remove)
+    };
+    let (cleanup, release) = lifecycle::removals(rule, &parent_ref.uid, removing);
+    let ordered = rule.tears_down_in_order();
     let cleanup: Vec<ObjectRef> = cleanup
         .into_iter()
-        .filter(|o| scope::is_label_owned(o, &parent_ref.namespace))
+        .filter(|o| ordered || scope::is_label_owned(o, &parent_ref.namespace))
         .filter_map(ObjectRef::of)
         .collect();
     // Deleting a Namespace deletes what is in it: no request per object inside.
@@ -217,10 +333,76 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<Plan, PlanError> {
         .into_iter()
         .filter(|o| !namespaces.contains(&o.namespace))
         .collect();
-    let mut plan = empty(status, deletion, FinalizerStep::Remove, decisions);
+    let mut plan = empty(status, deletion, finalizer, decisions);
     plan.prune = cleanup;
     plan.release = release;
-    Ok(plan)
+    plan
+}
+
+/// The wave of an ordered teardown: the live children no other remaining child depends on
+/// (directly or through others), so the last created go first. A child being deleted still
+/// counts as remaining until it is gone; what the others wait for goes into `waiting`.
+fn waves<'a>(rule: &Rule, children: &[&'a Value], waiting: &mut Vec<String>) -> Vec<&'a Value> {
+    let remaining: BTreeSet<&str> = children.iter().filter_map(|o| label(o, LABEL_CHILD)).collect();
+    let dependents = |id: &str| -> Vec<&str> {
+        remaining
+            .iter()
+            .copied()
+            .filter(|other| *other != id && depends_on(rule, other, id))
+            .collect()
+    };
+    let mut wave = Vec::new();
+    let mut held = BTreeMap::new();
+    for object in children {
+        let Some(id) = label(object, LABEL_CHILD) else {
+            continue;
+        };
+        let after = dependents(id);
+        if !after.is_empty() {
+            held.entry(id).or_insert(after);
+        } else if is_deleting(object) {
+            held.entry(id).or_insert_with(Vec::new);
+        } else {
+            wave.push(*object);
+        }
+    }
+    for (id, after) in held {
+        waiting.push(if after.is_empty() {
+            format!("child {id:?}: being deleted; the children it depends on wait until it is gone")
+        } else {
+            let verb = if after.len() == 1 { "is" } else { "are" };
+            format!(
+                "child {id:?}: deleted once {} {verb} gone (reverse dependsOn order)",
+                quoted(&after)
+            )
+        });
+    }
+    wave
+}
+
+/// Whether child `id` depends on child `on`, directly or through other children.
+fn depends_on(rule: &Rule, id: &str, on: &str) -> bool {
+    let mut seen = BTreeSet::new();
+    let mut next = vec![id];
+    while let Some(current) = next.pop() {
+        if !seen.insert(current) {
+            continue;
+        }
+        let Some(child) = rule.spec.children.iter().find(|c| c.id.value == current) else {
+            continue;
+        };
+        for dependency in &child.depends_on {
+            if dependency.value == on {
+                return true;
+            }
+            next.push(dependency.value.as_str());
+        }
+    }
+    false
+}
+
+fn quoted(ids: &[&str]) -> String {
+    ids.iter().map(|id| format!("{id:?}")).collect::<Vec<_>>().join(", ")
 }
 
 fn empty(
@@ -234,6 +416,7 @@ fn empty(
         prune: Vec::new(),
         release: Vec::new(),
         waiting: Vec::new(),
+        held_removals: Vec::new(),
         lookups: Vec::new(),
         actions,
         finalizer,

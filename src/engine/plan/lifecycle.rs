@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::children::{ChildUpdate, DesiredChild, ObjectRef, desired_hash, live_hash};
 use super::context::LABEL_CHILD;
+use super::deletion::is_deleting;
 use super::label;
 use super::order::Readiness;
 use crate::engine::rules::Rule;
@@ -126,11 +127,6 @@ pub fn removals<'a>(
     (deletes, releases)
 }
 
-fn is_terminating(live: &Value) -> bool {
-    live.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-}
-
 /// Sets each desired child's [`ChildUpdate`] from its rule's `updateStrategy`, the live objects
 /// (`ours`) and the children's readiness. A child that does not exist yet is always created.
 /// A rolling `forEach` changes its first changed item (in item order) only while every item
@@ -151,7 +147,7 @@ pub fn update_strategies(
     };
     let settling: BTreeSet<String> = desired
         .iter()
-        .filter(|c| live.get(&c.target).is_some_and(|l| is_terminating(l)))
+        .filter(|c| live.get(&c.target).is_some_and(|l| is_deleting(l)))
         .map(|c| c.id.clone())
         .collect();
     let mut rolling_turn_taken = BTreeSet::new();
@@ -160,7 +156,7 @@ pub fn update_strategies(
             continue;
         };
         let changed = live_hash(live) != Some(desired_hash(&child.object).as_str());
-        let terminating = is_terminating(live);
+        let terminating = is_deleting(live);
         child.update = match strategy(&child.id) {
             UpdateStrategy::InPlace => ChildUpdate::Apply,
             UpdateStrategy::OnDelete => ChildUpdate::Keep,

@@ -19,6 +19,7 @@ pub mod order;
 pub mod ownership;
 pub mod parent_metadata;
 pub mod pause;
+pub mod scaling;
 pub mod schedule;
 pub mod scope;
 pub mod status;
@@ -172,6 +173,9 @@ pub struct Plan {
     pub release: Vec<lifecycle::Release>,
     /// Desired children held back by `dependsOn` (not applied, not pruned).
     pub waiting: Vec<Waiting>,
+    /// Removals a `scaling: Ordered` forEach holds back (one item goes at a time).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub held_removals: Vec<scaling::HeldRemoval>,
     /// What each lookup read.
     pub lookups: Vec<LookupRead>,
     /// One decision per action, in rule order.
@@ -283,42 +287,95 @@ fn plan_parent(
     entries.insert("children".to_owned(), grouped.to_context());
     entries.insert("lookups".to_owned(), looked_up);
     let base = context::extend(&parent_context, entries);
-    if deletion::is_deleting(parent) {
-        let inputs = deletion::Inputs {
-            renderer,
-            rule,
-            parent,
-            parent_ref: &parent_ref,
-            ours: &ours,
-            children: &by_id,
-            context: &base,
-            now,
-        };
-        return deletion::plan(&inputs);
+    let live = Live {
+        renderer,
+        rule,
+        parent,
+        parent_ref: &parent_ref,
+        ours: &ours,
+        grouped: &grouped,
+        by_id: &by_id,
+        base: &base,
+        lookups,
+        now,
+    };
+    if !deletion::is_deleting(parent) {
+        return plan_children(&live, lookups_read);
     }
+    let inputs = deletion::Inputs {
+        renderer,
+        rule,
+        parent,
+        parent_ref: &parent_ref,
+        ours: &ours,
+        children: &by_id,
+        context: &base,
+        now,
+    };
+    match deletion::plan(&inputs)? {
+        deletion::Stage::Done(plan) => Ok(*plan),
+        // The finalize phase: the children are reconciled as for a live parent (templates see
+        // `metadata.deletionTimestamp`), with the deletion's own actions and finalizer.
+        deletion::Stage::Finalize { actions, deletion } => Ok(Plan {
+            actions,
+            finalizer: deletion::FinalizerStep::Unchanged,
+            deletion: Some(deletion),
+            parent_metadata: None,
+            ..plan_children(&live, lookups_read)?
+        }),
+    }
+}
 
+/// What planning the children of a parent reads, once its observed objects and lookups are known.
+struct Live<'a> {
+    renderer: &'a Renderer,
+    rule: &'a Rule,
+    parent: &'a Value,
+    parent_ref: &'a ParentRef,
+    ours: &'a [&'a Value],
+    grouped: &'a Observed<'a>,
+    by_id: &'a BTreeMap<String, &'a Value>,
+    base: &'a minijinja::Value,
+    lookups: &'a dyn LookupSource,
+    now: &'a str,
+}
+
+/// Plans the children, actions and status of a parent (live, or in its finalize phase).
+fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan, PlanError> {
+    let Live {
+        renderer,
+        rule,
+        parent,
+        parent_ref,
+        ours,
+        grouped,
+        by_id,
+        base,
+        lookups,
+        now,
+    } = *live;
     // `when` and `forEach` see everything but `ready`, which depends on what they select.
     let mut selected = Vec::new();
     for child in &rule.spec.children {
         if let Some(when) = &child.when {
             let label = rule.inline_template(&format!("children.{}.when", child.id.value));
             let holds = renderer
-                .eval_bool(&label, &when.value, &base)
+                .eval_bool(&label, &when.value, base)
                 .map_err(|e| status_eval::relocate(rule, when, e))?;
             if !holds {
                 continue;
             }
         }
         let items = match &child.for_each {
-            Some(for_each) => Some(foreach::items(renderer, rule, child, for_each, &base)?),
+            Some(for_each) => Some(foreach::items(renderer, rule, child, for_each, base)?),
             None => None,
         };
         selected.push(Selected { child, items });
     }
-    let readiness = order::readiness(renderer, rule, &selected, &grouped, &base);
+    let readiness = order::readiness(renderer, rule, &selected, grouped, base);
     let mut entries = Map::new();
     entries.insert("ready".to_owned(), order::ready_context(&readiness));
-    let context = context::extend(&base, entries);
+    let context = context::extend(base, entries);
 
     let mut desired = Vec::new();
     let mut waiting = Vec::new();
@@ -342,7 +399,7 @@ fn plan_parent(
                 renderer,
                 &declared,
                 child.on_immutable_change,
-                &parent_ref,
+                parent_ref,
                 &rule.name,
                 context,
             )?;
@@ -384,7 +441,7 @@ fn plan_parent(
             desired.push(rendered);
         }
     }
-    let (desired, held_by_namespace) = scope::guard(rule, &parent_ref, desired, &ours, lookups)?;
+    let (desired, held_by_namespace) = scope::guard(rule, parent_ref, desired, ours, lookups)?;
     waiting.extend(held_by_namespace);
     let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
     // A child waiting for its dependencies keeps what it has: never prune because of an order.
@@ -394,17 +451,26 @@ fn plan_parent(
         .copied()
         .filter(|o| label(o, LABEL_CHILD).is_some_and(|id| !held.contains(id)))
         .filter(|o| ObjectRef::of(o).is_some_and(|target| !wanted.contains(&target)));
-    let (prune, release) = lifecycle::removals(rule, &parent_ref.uid, unwanted);
-    let prune = prune.into_iter().filter_map(ObjectRef::of).collect();
+    let (prune, mut release) = lifecycle::removals(rule, &parent_ref.uid, unwanted);
+    let mut prune = prune.into_iter().filter_map(ObjectRef::of).collect();
     let mut desired = desired;
-    lifecycle::update_strategies(rule, &mut desired, &ours, &readiness);
+    lifecycle::update_strategies(rule, &mut desired, ours, &readiness);
+    let ordered = scaling::Inputs {
+        renderer,
+        rule,
+        selected: &selected,
+        observed: grouped,
+        ours,
+        context: &context,
+    };
+    let held_removals = scaling::order(&ordered, &mut desired, &mut prune, &mut release);
     let orphans = desired.iter().any(|c| lifecycle::is_orphaned(rule, &c.object));
 
     let scope = Scope {
         now,
         parent,
-        parent_ref: &parent_ref,
-        children: &by_id,
+        parent_ref,
+        children: by_id,
         context: &context,
     };
     let actions = rule
@@ -417,7 +483,7 @@ fn plan_parent(
 
     // Status is evaluated apart from children: a failing status expression costs only its
     // own field or condition (Unknown), never the children it reports on.
-    let evaluated = status_eval::evaluate(renderer, rule, &grouped, &context);
+    let evaluated = status_eval::evaluate(renderer, rule, grouped, &context);
     let managed = evaluated.fields;
     let mut wanted_conditions = evaluated.conditions;
     if !wanted_conditions.iter().any(|c| c.type_ == READY) {
@@ -441,6 +507,7 @@ fn plan_parent(
         prune,
         release,
         waiting,
+        held_removals,
         lookups: lookups_read,
         actions,
         finalizer: deletion::finalizer_step(renderer, rule, parent, &context, orphans)?,

@@ -91,11 +91,7 @@ pub fn readiness(
                     let Some(object) = observed.item(id, &item.key) else {
                         return Some(format!("item {:?} does not exist yet", shown_key(&item.key)));
                     };
-                    let scope = context! {
-                        item => crate::engine::template::to_value(&item.value),
-                        item_key => &item.key,
-                    };
-                    ready_when(renderer, rule, child, object, scope, base)
+                    item_ready(renderer, rule, child, object, item, base)
                         .err()
                         .map(|why| format!("item {:?}: {why}", shown_key(&item.key)))
                 })
@@ -109,6 +105,22 @@ pub fn readiness(
 /// An item key as messages quote it: keys come from parents, so they are cut to a readable length.
 pub fn shown_key(key: &str) -> std::borrow::Cow<'_, str> {
     bounded(key, 80)
+}
+
+/// `Ok` when a `forEach` child's `readyWhen` holds on the observed object of `item`, else why not.
+pub fn item_ready(
+    renderer: &Renderer,
+    rule: &Rule,
+    child: &ChildSpec,
+    object: &Value,
+    item: &Item,
+    base: &minijinja::Value,
+) -> Result<(), String> {
+    let scope = context! {
+        item => crate::engine::template::to_value(&item.value),
+        item_key => &item.key,
+    };
+    ready_when(renderer, rule, child, object, scope, base)
 }
 
 /// `Ok` when the child's `readyWhen` holds on `object` (or it has none), else why not.

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::model::{
     ActionSpec, ActionTrigger, ChildSpec, FieldSource, Located, LookupSpec, RULE_API_VERSION, RULE_KIND, RuleDocument,
-    RuleSpec,
+    RuleSpec, Scaling,
 };
 use super::{Rule, RuleSet, inline_template_name};
 use crate::engine::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
@@ -373,6 +373,18 @@ impl RuleChecker<'_> {
                 }
             }
         }
+        if let Some(finalize) = &spec.finalize {
+            self.check_expression(&finalize.until, "finalize.until");
+            if let Some(timeout) = &finalize.timeout
+                && let Err(e) = duration::parse(&timeout.value)
+            {
+                self.report(
+                    self.at(timeout),
+                    format!("finalize.timeout: {e}"),
+                    Some("write e.g. 5m or 1h"),
+                );
+            }
+        }
         let mut condition_types = BTreeMap::new();
         for (i, condition) in spec.status.conditions.iter().enumerate() {
             let at = self.at(&condition.when);
@@ -531,6 +543,13 @@ impl RuleChecker<'_> {
                     self.at(&child.id),
                     format!("child {id:?}: maxItems is set but forEach is not"),
                     None,
+                );
+            }
+            if child.scaling == Scaling::Ordered {
+                self.report(
+                    self.at(&child.id),
+                    format!("child {id:?}: scaling Ordered orders the items of a forEach, and forEach is not set"),
+                    Some("remove scaling, or give the child a forEach"),
                 );
             }
             if child.update_strategy.is_rolling() {

@@ -181,10 +181,22 @@ impl Rule {
             .any(|c| c.deletion_policy == model::DeletionPolicy::Orphan)
     }
 
-    /// Whether parents may need the cleanup finalizer: label-owned children, children to orphan
-    /// or `on: delete` actions.
+    /// Whether a deleted parent's children go in waves, reverse `dependsOn` order, each gone
+    /// before the next: the rule orders its children.
+    pub fn tears_down_in_order(&self) -> bool {
+        self.spec.children.iter().any(|c| !c.depends_on.is_empty())
+    }
+
+    /// Whether parents hold their deletion for ruleop regardless of their values: label-owned
+    /// children, children to orphan, an ordered teardown or a finalize phase.
+    pub fn always_holds_deletion(&self) -> bool {
+        self.may_own_by_label() || self.tears_down_in_order() || self.spec.finalize.is_some()
+    }
+
+    /// Whether parents may need the cleanup finalizer: label-owned children, children to orphan,
+    /// an ordered teardown, a finalize phase or `on: delete` actions.
     pub fn needs_finalizer(&self) -> bool {
-        self.may_own_by_label()
+        self.always_holds_deletion()
             || self.orphans_children()
             || self.spec.actions.iter().any(|a| a.on == model::ActionTrigger::Delete)
     }

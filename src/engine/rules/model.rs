@@ -85,6 +85,26 @@ pub struct RuleSpec {
     /// children and lookups), by server-side apply under ruleop's field manager.
     #[serde(default)]
     pub parent_metadata: Option<ParentMetadata>,
+    /// A finalize phase while the parent is being deleted: its children keep being reconciled
+    /// (templates see `metadata.deletionTimestamp`) until `until` holds or `timeout` passes;
+    /// then the children are deleted and the finalizer released.
+    #[serde(default)]
+    pub finalize: Option<FinalizeSpec>,
+}
+
+/// `spec.finalize`: keep reconciling a deleted parent's children until a condition holds.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FinalizeSpec {
+    /// Jinja expression over the parent, `children` and `lookups`: the phase ends once it is
+    /// true, e.g. `children.pod | length == 0`.
+    #[schemars(with = "String")]
+    pub until: Located<String>,
+    /// The longest the phase may hold the deletion, counted from the deletion request (default
+    /// `10m`); then a Warning Event `FinalizeTimedOut` and the deletion goes on.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Located<String>>,
 }
 
 /// What `spec.parentMetadata` writes onto the parent.
@@ -157,6 +177,12 @@ pub struct ChildSpec {
     /// or `Orphan` (ruleop's labels, annotations and ownerReference are removed; it stays).
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+    /// How the items of a `forEach` come and go: `Parallel` (default: all at once) or `Ordered`
+    /// (one at a time, like a StatefulSet's `OrderedReady`: an item is created once every item
+    /// before it exists and is ready; removed items go last key first, one at a time, once every
+    /// remaining item is ready).
+    #[serde(default)]
+    pub scaling: Scaling,
     /// Jinja expression giving a list or a map: one object per item, the template sees `item`
     /// and `item_key`. Objects are identified by their key, never by their position.
     #[serde(default)]
@@ -257,6 +283,17 @@ impl UpdateStrategy {
     pub fn is_rolling(self) -> bool {
         matches!(self, UpdateStrategy::RollingInPlace | UpdateStrategy::RollingRecreate)
     }
+}
+
+/// How the items of a `forEach` child come and go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum Scaling {
+    /// Every item is created and removed at once.
+    #[default]
+    Parallel,
+    /// One item at a time, in item order: created once every earlier item exists and is ready;
+    /// removed last key first, once every remaining item is ready.
+    Ordered,
 }
 
 /// What becomes of a child when it is pruned or its parent is deleted.
