@@ -139,6 +139,9 @@ pub struct Inputs<'a> {
 pub enum Stage {
     /// This reconcile's whole plan: an action runs or is waited for, or the children go.
     Done(Box<Plan>),
+    /// The children go after a finalize phase whose `until` holds: the plan, to which the
+    /// status of the phase's end is added (the last one written reported the state before).
+    Finalized(Box<Plan>),
     /// The actions are settled and the finalize phase goes on: the children are reconciled as
     /// for a live parent, with these action decisions and this deletion state.
     Finalize {
@@ -169,13 +172,16 @@ pub fn plan(inputs: &Inputs<'_>) -> Result<Stage, PlanError> {
     if !settled {
         return Ok(done(empty(status, deletion, FinalizerStep::Unchanged, decisions)));
     }
-    if finalizing(inputs, &mut deletion) {
-        return Ok(Stage::Finalize {
+    match finalizing(inputs, &mut deletion) {
+        Phase::Holds => Ok(Stage::Finalize {
             actions: decisions,
             deletion,
-        });
+        }),
+        Phase::Ended => Ok(Stage::Finalized(Box::new(teardown(
+            inputs, status, deletion, decisions,
+        )))),
+        Phase::None => Ok(done(teardown(inputs, status, deletion, decisions))),
     }
-    Ok(done(teardown(inputs, status, deletion, decisions)))
 }
 
 fn done(plan: Plan) -> Stage {
@@ -236,11 +242,21 @@ fn delete_actions(
     Ok((decisions, settled))
 }
 
+/// Where the finalize phase stands.
+enum Phase {
+    /// The rule has none, or it timed out.
+    None,
+    /// It holds the deletion.
+    Holds,
+    /// Its `until` holds.
+    Ended,
+}
+
 /// Whether the finalize phase still holds the deletion: its `until` is false (or cannot be
 /// evaluated yet) and its timeout, counted from the deletion request, has not passed.
-fn finalizing(inputs: &Inputs<'_>, deletion: &mut Deletion) -> bool {
+fn finalizing(inputs: &Inputs<'_>, deletion: &mut Deletion) -> Phase {
     let Some(finalize) = &inputs.rule.spec.finalize else {
-        return false;
+        return Phase::None;
     };
     let timeout = finalize
         .timeout
@@ -254,11 +270,11 @@ fn finalizing(inputs: &Inputs<'_>, deletion: &mut Deletion) -> bool {
             finalize.until.value,
             timeout.as_secs()
         ));
-        return false;
+        return Phase::None;
     }
     let label = inputs.rule.inline_template("finalize.until");
     let verdict = match inputs.renderer.eval_bool(&label, &finalize.until.value, inputs.context) {
-        Ok(true) => return false,
+        Ok(true) => return Phase::Ended,
         Ok(false) => format!("until `{}` is false", finalize.until.value),
         Err(e) => format!(
             "until `{}` cannot be evaluated yet: {}",
@@ -270,7 +286,7 @@ fn finalizing(inputs: &Inputs<'_>, deletion: &mut Deletion) -> bool {
         .push(format!("finalize: {verdict}; giving up in {}s", left.as_secs().max(1)));
     // The children are watched; the deadline is not.
     deletion.recheck_in_ms = Some(left.as_millis().min(u128::from(u64::MAX)) as u64);
-    true
+    Phase::Holds
 }
 
 /// Time left of a finalize phase: `timeout` after the deletion request. `deletionTimestamp` is
@@ -521,6 +537,82 @@ pub fn finalizer_patch(parent: &Value, step: FinalizerStep) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chain() -> Rule {
+        let child = |id: &str, deps: &str| {
+            format!("  - {{id: {id}, apiVersion: v1, kind: ConfigMap, template: t.j2, dependsOn: [{deps}]}}\n")
+        };
+        Rule::from_spec_yaml(&format!(
+            "watch: {{apiVersion: myorg.io/v1, kind: Database}}\nchildren:\n  - {{id: base, apiVersion: v1, kind: ConfigMap, template: t.j2}}\n{}{}",
+            child("middle", "base"),
+            child("top", "middle")
+        ))
+    }
+
+    fn object(id: &str, deleting: bool) -> Value {
+        let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": id, "namespace": "shop", "labels": {LABEL_CHILD: id}}});
+        if deleting {
+            object["metadata"]["deletionTimestamp"] = json!("2026-12-02T10:00:00Z");
+        }
+        object
+    }
+
+    fn wave(rule: &Rule, children: &[Value]) -> (Vec<String>, Vec<String>) {
+        let children: Vec<&Value> = children.iter().collect();
+        let mut waiting = Vec::new();
+        let wave = waves(rule, &children, &mut waiting);
+        let names = wave
+            .iter()
+            .filter_map(|o| label(o, LABEL_CHILD))
+            .map(str::to_owned)
+            .collect();
+        (names, waiting)
+    }
+
+    #[test]
+    fn teardown_goes_in_reverse_depends_on_order_and_waits_for_each_wave_to_be_gone() {
+        let rule = chain();
+        let (first, waiting) = wave(
+            &rule,
+            &[object("base", false), object("middle", false), object("top", false)],
+        );
+        assert_eq!(first, ["top"]);
+        assert_eq!(
+            waiting,
+            [
+                "child \"base\": deleted once \"middle\", \"top\" are gone (reverse dependsOn order)",
+                "child \"middle\": deleted once \"top\" is gone (reverse dependsOn order)"
+            ]
+        );
+        let (held, _) = wave(
+            &rule,
+            &[object("base", false), object("middle", false), object("top", true)],
+        );
+        assert!(held.is_empty(), "a child being deleted holds the next wave: {held:?}");
+        // Through a child that is already gone: `base` still waits for `top`.
+        let (skipping, _) = wave(&rule, &[object("base", false), object("top", false)]);
+        assert_eq!(skipping, ["top"]);
+        let (last, waiting) = wave(&rule, &[object("base", false)]);
+        assert_eq!((last, waiting), (vec!["base".to_owned()], vec![]));
+    }
+
+    #[test]
+    fn a_finalize_phase_gets_at_least_its_timeout_from_a_whole_second_deletion_stamp() {
+        let parent = json!({"metadata": {"deletionTimestamp": "2026-12-02T10:00:00Z"}});
+        let timeout = Duration::from_secs(3);
+        assert_eq!(
+            finalize_time_left(&parent, timeout, "2026-12-02T10:00:02.5Z"),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            finalize_time_left(&parent, timeout, "2026-12-02T10:00:04Z"),
+            Duration::ZERO
+        );
+        assert_eq!(
+            finalize_time_left(&json!({}), timeout, "2026-12-02T10:00:00Z"),
+            Duration::ZERO
+        );
+    }
 
     #[test]
     fn finalizer_patches_keep_other_finalizers_and_pin_the_version() {

@@ -50,21 +50,21 @@ pub fn mark(object: &mut Value, policy: DeletionPolicy) {
     }
 }
 
-/// Whether a live child is released rather than deleted: its annotation says so, or the rule's
-/// child of its id does.
+/// Whether a live child is released rather than deleted: the rule's child of its id says so,
+/// or, for a child the rule no longer declares, its annotation does. The annotation of a child
+/// the rule declares is not read: whoever may edit the object (a tenant) could add it to keep
+/// what the rule deletes.
 pub fn is_orphaned(rule: &Rule, live: &Value) -> bool {
-    let annotated = live
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(ANNOTATION_DELETION_POLICY))
-        .and_then(Value::as_str)
-        == Some(ORPHAN);
-    annotated
-        || label(live, LABEL_CHILD).is_some_and(|id| {
-            rule.spec
-                .children
-                .iter()
-                .any(|c| c.id.value == id && c.deletion_policy == DeletionPolicy::Orphan)
-        })
+    let declared = label(live, LABEL_CHILD).and_then(|id| rule.spec.children.iter().find(|c| c.id.value == id));
+    match declared {
+        Some(child) => child.deletion_policy == DeletionPolicy::Orphan,
+        None => {
+            live.pointer("/metadata/annotations")
+                .and_then(|a| a.get(ANNOTATION_DELETION_POLICY))
+                .and_then(Value::as_str)
+                == Some(ORPHAN)
+        }
+    }
 }
 
 /// The release of a live child of the parent `parent_uid`.
@@ -338,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn a_child_is_orphaned_by_its_annotation_even_when_the_rule_dropped_it() {
+    fn a_child_is_orphaned_by_its_rule_or_once_dropped_by_its_annotation_never_by_a_forged_one() {
         let r = rule(
             "  - id: c\n    apiVersion: v1\n    kind: ConfigMap\n    template: c.j2\n    deletionPolicy: Orphan\n",
         );
@@ -349,6 +349,12 @@ mod tests {
         let deleted = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d", "labels": {LABEL_CHILD: "gone"}}});
         let (deletes, releases) = removals(&r, "u1", [&by_rule, &by_annotation, &deleted]);
         assert_eq!(deletes, [&deleted]);
+        // A tenant who can edit a child the rule deletes cannot keep it by annotating it.
+        let deleting = rule("  - id: c\n    apiVersion: v1\n    kind: ConfigMap\n    template: c.j2\n");
+        let mut forged = by_rule.clone();
+        mark(&mut forged, DeletionPolicy::Orphan);
+        let (deletes, releases_forged) = removals(&deleting, "u1", [&forged]);
+        assert_eq!((deletes, releases_forged.len()), (vec![&forged], 0));
         assert_eq!(
             releases.iter().map(|r| r.target.name.as_str()).collect::<Vec<_>>(),
             ["a", "b"]

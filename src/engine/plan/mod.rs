@@ -314,6 +314,16 @@ fn plan_parent(
     };
     match deletion::plan(&inputs)? {
         deletion::Stage::Done(plan) => Ok(*plan),
+        // The status says how the phase ended (a failing render only loses that write).
+        deletion::Stage::Finalized(plan) => Ok(match plan_children(&live, lookups_read) {
+            Ok(last) => Plan {
+                status_patch: last.status_patch,
+                status: last.status,
+                status_problems: last.status_problems,
+                ..*plan
+            },
+            Err(_) => *plan,
+        }),
         // The finalize phase: the children are reconciled as for a live parent (templates see
         // `metadata.deletionTimestamp`), with the deletion's own actions and finalizer.
         deletion::Stage::Finalize { actions, deletion } => Ok(Plan {
