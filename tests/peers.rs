@@ -84,6 +84,7 @@ fn every_ported_example_passes_ruleop_check() {
             "kro-cel-functions",
             "kro-ingress-fan-in",
             "kro-namespace-decorator",
+            "metacontroller-catset",
             "metacontroller-configmappropagation",
             "metacontroller-globalconfigmap",
             "metacontroller-service-per-pod",

@@ -108,6 +108,34 @@ fn the_catset_scales_one_ordered_pod_at_a_time_keeps_its_claims_and_scales_to_ze
     assert_eq!(pod_names(&ns.0), ["nginx-backend-0", "nginx-backend-1"]);
     assert_eq!(listed(&ns.0, "pvc", "").len(), 4, "claims are kept after a scale down");
 
+    // The controller's updateStrategy (RollingRecreate, gated on Ready): a changed template
+    // recreates the Pods one at a time, so one of the two stays Ready throughout.
+    let before = listed(&ns.0, "pods", "{.metadata.uid}");
+    merge_patch(
+        &ns.0,
+        "catset/nginx-backend",
+        r#"{"spec":{"template":{"metadata":{"labels":{"version":"v2"}}}}}"#,
+    );
+    let mut fewest_ready = usize::MAX;
+    wait_until(POD_READY, "both Pods recreated with the new template", || {
+        let ready = listed(&ns.0, "pods", "{.status.conditions[?(@.type==\"Ready\")].status}")
+            .iter()
+            .filter(|l| l.ends_with("=True"))
+            .count();
+        fewest_ready = fewest_ready.min(ready);
+        listed(&ns.0, "pods", "{.metadata.labels.version}") == ["nginx-backend-0=v2", "nginx-backend-1=v2"]
+            && catset(&ns.0, "{.status.readyReplicas}") == "2"
+    });
+    let after = listed(&ns.0, "pods", "{.metadata.uid}");
+    assert!(
+        before.iter().zip(&after).all(|(b, a)| b != a),
+        "every Pod was recreated: {before:?} -> {after:?}"
+    );
+    assert!(
+        fewest_ready >= 1,
+        "a Ready Pod throughout the rolling update (fewest {fewest_ready})"
+    );
+
     // test.sh: append our own finalizer to read the final state, delete the CatSet, expect its
     // finalizer to scale it to 0 replicas, then ours to be the only one left.
     let finalizer = "metacontroller.io/catset-test";
