@@ -13,6 +13,7 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use crate::cmd::offline::{self, CommandError};
+use crate::engine::plan::children::ObjectRef as ChildRef;
 use crate::engine::plan::{Plan, PlanError};
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::model::RULE_API_VERSION;
@@ -261,11 +262,18 @@ fn check(expect: &Expectations, parent: &Value, result: &Result<Plan, PlanError>
         .iter()
         .map(|c| format!("{} {}", c.target.kind, c.target.name))
         .collect();
+    let in_namespace =
+        |wanted: &Option<String>, target: &ChildRef| wanted.as_ref().is_none_or(|ns| *ns == target.namespace);
+    let shown = |kind: &str, name: &str, namespace: &Option<String>| match namespace {
+        Some(ns) if !ns.is_empty() => format!("{kind} {ns}/{name}"),
+        _ => format!("{kind} {name}"),
+    };
     for wanted in &expect.children {
-        let path = format!("children[{} {}]", wanted.kind, wanted.name);
+        let path = format!("children[{}]", shown(&wanted.kind, &wanted.name, &wanted.namespace));
         let found = plan.children.iter().find(|c| {
             c.target.kind == wanted.kind
                 && c.target.name == wanted.name
+                && in_namespace(&wanted.namespace, &c.target)
                 && wanted.id.as_ref().is_none_or(|id| *id == c.id)
         });
         match (found, &wanted.fields) {
@@ -283,13 +291,11 @@ fn check(expect: &Expectations, parent: &Value, result: &Result<Plan, PlanError>
         }
     }
     for absent in &expect.absent {
-        if plan
-            .children
-            .iter()
-            .any(|c| c.target.kind == absent.kind && c.target.name == absent.name)
-        {
+        if plan.children.iter().any(|c| {
+            c.target.kind == absent.kind && c.target.name == absent.name && in_namespace(&absent.namespace, &c.target)
+        }) {
             fail(Mismatch {
-                path: format!("absent[{} {}]", absent.kind, absent.name),
+                path: format!("absent[{}]", shown(&absent.kind, &absent.name, &absent.namespace)),
                 expected: "<absent>".to_owned(),
                 actual: "a desired child".to_owned(),
             });
@@ -306,8 +312,18 @@ fn check(expect: &Expectations, parent: &Value, result: &Result<Plan, PlanError>
         }
     }
     if let Some(prune) = &expect.prune {
-        let mut want: Vec<String> = prune.iter().map(|p| format!("{} {}", p.kind, p.name)).collect();
-        let mut have: Vec<String> = plan.prune.iter().map(|p| format!("{} {}", p.kind, p.name)).collect();
+        let mut want: Vec<String> = prune.iter().map(|p| shown(&p.kind, &p.name, &p.namespace)).collect();
+        // A pruned object is shown with its namespace where the expectation names one.
+        let mut have: Vec<String> = plan
+            .prune
+            .iter()
+            .map(|p| {
+                let named = prune
+                    .iter()
+                    .any(|w| w.kind == p.kind && w.name == p.name && w.namespace.is_some());
+                shown(&p.kind, &p.name, &named.then(|| p.namespace.clone()))
+            })
+            .collect();
         want.sort();
         have.sort();
         if want != have {

@@ -127,6 +127,9 @@ pub struct ObjectSelector {
     pub kind: String,
     /// Name.
     pub name: String,
+    /// Namespace, when same-named objects live in several (default: any).
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// A child that must be desired.
@@ -137,6 +140,10 @@ pub struct ChildExpectation {
     pub kind: String,
     /// Name.
     pub name: String,
+    /// Namespace, to tell apart same-named children in different namespaces (default: any;
+    /// `""` for a cluster-scoped child).
+    #[serde(default)]
+    pub namespace: Option<String>,
     /// The child's id in the rule, when it matters.
     #[serde(default)]
     pub id: Option<String>,

@@ -152,7 +152,7 @@ fn guard(
     if constant
         || namespace.is_empty()
         || namespace == parent_ref.namespace
-        || rule.spec.allowed_namespaces.iter().any(|a| a == namespace)
+        || rule.spec.allowed_namespaces.iter().any(|a| a.value == namespace)
         || rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
         || super::builtin::is_cluster_scoped(&lookup.api_version, &lookup.kind)
     {
@@ -166,7 +166,12 @@ fn guard(
         allowed: if rule.spec.allowed_namespaces.is_empty() {
             "none".to_owned()
         } else {
-            rule.spec.allowed_namespaces.join(", ")
+            rule.spec
+                .allowed_namespaces
+                .iter()
+                .map(|a| a.value.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         },
     })
 }

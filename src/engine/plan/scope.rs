@@ -64,7 +64,7 @@ pub fn is_label_owned(object: &Value, parent_namespace: &str) -> bool {
 /// parent owns: it is in `spec.allowedNamespaces`, or the Namespace (as `lookups` has it) carries
 /// every label of `spec.allowedNamespaceSelector`.
 pub fn namespace_allowed(rule: &Rule, namespace: &str, lookups: &dyn LookupSource) -> bool {
-    if rule.spec.allowed_namespaces.iter().any(|a| a == namespace) {
+    if rule.spec.allowed_namespaces.iter().any(|a| a.value == namespace) {
         return true;
     }
     let selector = &rule.spec.allowed_namespace_selector;
@@ -84,7 +84,7 @@ pub fn namespace_allowed(rule: &Rule, namespace: &str, lookups: &dyn LookupSourc
 
 /// The allowed namespaces, for an error message.
 pub fn allowed_description(rule: &Rule) -> String {
-    let mut allowed = rule.spec.allowed_namespaces.clone();
+    let mut allowed: Vec<String> = rule.spec.allowed_namespaces.iter().map(|a| a.value.clone()).collect();
     if !rule.spec.allowed_namespace_selector.is_empty() {
         let labels: Vec<String> = rule
             .spec

@@ -296,7 +296,7 @@ impl RuleChecker<'_> {
         if spec.max_concurrent_reconciles == Some(0) {
             self.report(name_at.clone(), "spec.maxConcurrentReconciles must be at least 1", None);
         }
-        self.check_allowed_namespaces(spec, &name_at);
+        self.check_allowed_namespaces(spec);
         self.check_allowed_namespace_selector(spec, &name_at);
         let mut child_ids = BTreeMap::new();
         for (i, child) in spec.children.iter().enumerate() {
@@ -865,12 +865,15 @@ impl RuleChecker<'_> {
         }
     }
 
-    fn check_allowed_namespaces(&mut self, spec: &RuleSpec, at: &SourceLocation) {
+    fn check_allowed_namespaces(&mut self, spec: &RuleSpec) {
         for namespace in &spec.allowed_namespaces {
-            if !is_dns_label(namespace) {
+            if !is_dns_label(&namespace.value) {
                 self.report(
-                    at.clone(),
-                    format!("spec.allowedNamespaces: {namespace:?} is not a namespace name (a DNS label)"),
+                    self.at(namespace),
+                    format!(
+                        "spec.allowedNamespaces: {:?} is not a namespace name (a DNS label)",
+                        namespace.value
+                    ),
                     None,
                 );
             }

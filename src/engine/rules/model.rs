@@ -75,7 +75,8 @@ pub struct RuleSpec {
     /// children may be written into. Anything else is refused (`NamespaceNotAllowed`), so
     /// whoever can create a parent cannot aim ruleop's writes at a namespace they do not control.
     #[serde(default)]
-    pub allowed_namespaces: Vec<String>,
+    #[schemars(with = "Vec<String>")]
+    pub allowed_namespaces: Vec<Located<String>>,
     /// Namespaces whose labels carry every one of these also take children (and their children
     /// are read there): `{team: a}` lets a rule propagate into every namespace labelled
     /// `team=a`. Only whoever may label Namespaces (a cluster admin, not a tenant) widens it.
