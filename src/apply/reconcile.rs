@@ -116,6 +116,12 @@ async fn apply_plan_steps(
             .admin
             .metrics
             .action_ran(&rule.name, &decision.id, result.is_ok());
+        if matches!(result, Ok(actions::Acted::Now)) && decision.skipped_slots > 0 {
+            cluster
+                .admin
+                .metrics
+                .slots_skipped(&rule.name, &decision.id, decision.skipped_slots);
+        }
         match result {
             // Only a run that acted now is news; an object that already existed was reported
             // by the reconcile that created it.

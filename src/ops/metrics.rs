@@ -54,6 +54,12 @@ struct RuleReason {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionName {
+    rule: String,
+    action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabels {
     rule: String,
     action: String,
@@ -157,6 +163,7 @@ pub struct Metrics {
     too_large: Family<KindLabels, Counter>,
     controller_restarts: Family<RuleLabels, Counter>,
     paused: Family<RuleLabels, Counter>,
+    slots_skipped: Family<ActionName, Counter>,
     drift_deferred: Family<KindLabels, Counter>,
     parents_remembered: Family<RuleLabels, Gauge>,
     leader: Gauge,
@@ -263,6 +270,12 @@ impl Default for Metrics {
             "Reconciles of parents paused by the ruleop.io/paused annotation (nothing written but the Paused condition), per rule",
             paused.clone(),
         );
+        let slots_skipped = Family::default();
+        registry.register(
+            "ruleop_action_slots_skipped",
+            "Slots of a scheduled action skipped because they were older than its startingDeadline (only the latest slot runs), per rule and action",
+            slots_skipped.clone(),
+        );
         let drift_deferred = Family::default();
         registry.register(
             "ruleop_drift_repairs_deferred",
@@ -337,6 +350,7 @@ impl Default for Metrics {
             too_large,
             controller_restarts,
             paused,
+            slots_skipped,
             drift_deferred,
             parents_remembered,
             leader,
@@ -389,6 +403,7 @@ pub fn exposition_of_every_family() -> String {
     m.too_large("<kind>");
     m.controller_restarted(rule);
     m.paused(rule);
+    m.slots_skipped(rule, "<action>", 0);
     m.drift_repair_deferred("<kind>");
     m.parents_remembered(rule, 0);
     m.set_leader(false);
@@ -508,6 +523,16 @@ impl Metrics {
     /// Counts one reconcile of a paused parent of `rule`.
     pub fn paused(&self, rule: &str) {
         self.paused.get_or_create(&RuleLabels { rule: rule.to_owned() }).inc();
+    }
+
+    /// Counts the slots a scheduled action's run skipped.
+    pub fn slots_skipped(&self, rule: &str, action: &str, skipped: u32) {
+        self.slots_skipped
+            .get_or_create(&ActionName {
+                rule: rule.to_owned(),
+                action: action.to_owned(),
+            })
+            .inc_by(u64::from(skipped));
     }
 
     /// Counts one restart of `rule`'s controller after it ended by itself.
