@@ -132,6 +132,7 @@ fn a_tenant_gets_its_namespace_quota_and_members_and_takes_them_along_when_delet
     assert_eq!((api, ours), (0, 0), "reordering members writes no child");
     assert_eq!(role_bindings(&home), after);
 
+    let deletion = audit::AuditMark::now();
     kubectl_ok(&["delete", "-n", &ns.0, &format!("tenant/{name}"), "--wait=false"]);
     let gone = wait_until(WAIT, "the Tenant to be gone", || {
         !exists(&ns.0, &format!("tenant/{name}"))
@@ -140,6 +141,23 @@ fn a_tenant_gets_its_namespace_quota_and_members_and_takes_them_along_when_delet
         !exists(&ns.0, &format!("namespace/{home}"))
     });
     eprintln!("Tenant gone after {gone:?}, its Namespace after {empty:?} more");
+    // Reverse dependsOn order: the members (which depend on the Namespace) are deleted by
+    // ruleop first, the Namespace after them.
+    let deletes: Vec<audit::AuditedWrite> = deletion
+        .ruleop_requests()
+        .into_iter()
+        .filter(|w| w.verb == "delete" && !w.dry_run)
+        .filter(|w| w.object == home || w.object.starts_with(&format!("{home}/")))
+        .collect();
+    let namespace_at = deletes.iter().position(|w| w.resource == "namespaces");
+    let members: Vec<usize> = (0..deletes.len())
+        .filter(|i| deletes[*i].resource == "rolebindings")
+        .collect();
+    assert!(
+        namespace_at.is_some() && !members.is_empty() && members.iter().all(|m| Some(*m) < namespace_at),
+        "members deleted before their Namespace:\n{}",
+        audit::listing(&deletes)
+    );
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
