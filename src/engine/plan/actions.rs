@@ -215,7 +215,7 @@ pub fn decide(
     action: &ActionSpec,
     scope: &Scope<'_>,
 ) -> Result<ActionDecision, PlanError> {
-    let slot = scheduled_slot(action, scope)?;
+    let slot = scheduled_slot(renderer, rule, action, scope)?;
     let mut decision = decide_guarded(renderer, rule, action, scope, slot.as_ref())?;
     let next = match slot {
         Some(Slot::Due { slot, skipped, next }) => {
@@ -237,19 +237,47 @@ pub fn decide(
     Ok(decision)
 }
 
+/// Whether a rule's text is a Jinja template rather than a constant.
+pub fn is_template(text: &str) -> bool {
+    text.contains("{{") || text.contains("{%")
+}
+
 /// The guard value of a scheduled run: the slot's UTC time.
 fn slot_guard_value(slot: jiff::Timestamp) -> String {
     format!("slot={slot}")
 }
 
-/// Where a scheduled action stands at the plan's time, or `None` for another guard.
-fn scheduled_slot(action: &ActionSpec, scope: &Scope<'_>) -> Result<Option<Slot>, PlanError> {
+/// Where a scheduled action stands at the plan's time, or `None` for another guard. A schedule
+/// written as a template (`"{{ spec.backup.schedule }}"`) is rendered first: an empty one never
+/// comes due, an invalid one is an error on the parent, located at the action.
+fn scheduled_slot(
+    renderer: &Renderer,
+    rule: &Rule,
+    action: &ActionSpec,
+    scope: &Scope<'_>,
+) -> Result<Option<Slot>, PlanError> {
     let guard = &action.guard;
-    let Some(expression) = &guard.schedule else {
+    let Some(written) = &guard.schedule else {
         return Ok(None);
     };
-    let invalid = |message: String| PlanError::InvalidParent(format!("action {}: {message}", action.id.value));
-    let schedule = Schedule::parse(expression, guard.time_zone.as_deref()).map_err(invalid)?;
+    let at = || crate::engine::diagnostic::SourceLocation::from_span(&rule.file, &action.id.referenced).to_string();
+    let invalid =
+        |message: String| PlanError::InvalidParent(format!("{}: action {}: {message}", at(), action.id.value));
+    let expression = if is_template(written) {
+        let name = rule.inline_template(&format!("actions.{}.guard.schedule", action.id.value));
+        renderer.render_text(&name, scope.context)?.trim().to_owned()
+    } else {
+        written.clone()
+    };
+    if expression.is_empty() {
+        return Ok(Some(Slot::NotYet { next: None }));
+    }
+    let schedule = Schedule::parse(&expression, guard.time_zone.as_deref()).map_err(|e| {
+        invalid(format!(
+            "guard.schedule: {}",
+            crate::engine::diagnostic::bounded(&e, 300)
+        ))
+    })?;
     let deadline = match &guard.starting_deadline {
         Some(text) => Some(crate::engine::duration::parse(text).map_err(|e| invalid(e.to_string()))?),
         None => None,

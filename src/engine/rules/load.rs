@@ -698,7 +698,7 @@ impl RuleChecker<'_> {
                         Some("e.g. guard: {generation: true}"),
                     );
                 }
-                self.check_schedule(action);
+                self.check_schedule(rule, action);
                 for (field, set) in [
                     ("waitFor", action.wait_for.is_some()),
                     ("timeout", action.timeout.is_some()),
@@ -770,7 +770,7 @@ impl RuleChecker<'_> {
 
     /// `guard.schedule`, `timeZone` and `startingDeadline`: a valid expression and zone, and
     /// the other two only beside a schedule.
-    fn check_schedule(&mut self, action: &ActionSpec) {
+    fn check_schedule(&mut self, rule: &str, action: &ActionSpec) {
         let (at, id, guard) = (self.at(&action.id), &action.id.value, &action.guard);
         let Some(expression) = &guard.schedule else {
             for (field, set) in [
@@ -787,7 +787,12 @@ impl RuleChecker<'_> {
             }
             return;
         };
-        if let Err(message) = crate::engine::plan::schedule::Schedule::parse(expression, guard.time_zone.as_deref()) {
+        if crate::engine::plan::actions::is_template(expression) {
+            // Rendered per parent (`"{{ spec.backup.schedule }}"`), checked when rendered.
+            self.compile_inline(rule, &format!("actions.{id}.guard.schedule"), expression, at.clone());
+        } else if let Err(message) =
+            crate::engine::plan::schedule::Schedule::parse(expression, guard.time_zone.as_deref())
+        {
             self.report(
                 at.clone(),
                 format!("action {id:?}: guard: {message}"),
