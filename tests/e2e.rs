@@ -223,6 +223,18 @@ fn the_backup_job_dumps_the_database_onto_its_backups_volume_with_the_statefulse
         "the dump is on the Database's backups volume"
     );
     assert_eq!(condition(&ns.0, "database/nightly", "BackupInitiated"), "True");
+    // The outcome, from the Job's own status: succeeded, with its completion time.
+    wait_until(Duration::from_secs(60), "BackupSucceeded in status", || {
+        condition(&ns.0, "database/nightly", "BackupSucceeded") == "True"
+    });
+    assert_eq!(
+        get(&ns.0, "database/nightly", "{.status.lastBackupResult}"),
+        "Succeeded"
+    );
+    assert_eq!(
+        get(&ns.0, "database/nightly", "{.status.lastBackupTime}"),
+        get(&ns.0, &job, "{.status.completionTime}")
+    );
 }
 
 #[test]

@@ -4,8 +4,9 @@
 //! built-in kind by default, `status.write`); patch on the parent itself when
 //! the rule needs the `ruleop.io/cleanup` finalizer (label-owned children or `on: delete`
 //! actions). Child kinds (cluster-scoped ones too): get/list/watch (the caches), create/patch
-//! (server-side apply) and delete (prune and cleanup). Kinds created by actions: create, plus
-//! get/list for `on: delete` actions (their `waitFor` reads the object). Looked-up kinds:
+//! (server-side apply) and delete (prune and cleanup). Kinds created by actions: create and
+//! get/list/watch (they are cached like children: status reads what a run created, and an
+//! `on: delete` action's `waitFor` reads the object). Looked-up kinds:
 //! get/list/watch (read only), cluster-wide: a lookup's cache is one watch per kind across
 //! namespaces and its default namespace is the parent's (any namespace parents live in), so
 //! per-namespace Roles would need per-namespace caches; which namespaces a lookup may read is
@@ -19,7 +20,6 @@ use serde_json::{Value, json};
 
 use crate::engine::plan::builtin;
 use crate::engine::rules::RuleSet;
-use crate::engine::rules::model::ActionTrigger;
 use crate::engine::yaml;
 
 /// Name of the generated ClusterRole.
@@ -90,11 +90,13 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
         }
         for action in &rule.spec.actions {
             let Some(create) = &action.create else { continue };
-            grant(&create.api_version, &create.kind, "", &["create"])?;
-            if action.on == ActionTrigger::Delete {
-                // A deleting parent's objects are listed fresh, `waitFor` reads the created one.
-                grant(&create.api_version, &create.kind, "", &["get", "list"])?;
-            }
+            // Watched like children: status reads what a run created (`actions.<id>.object`).
+            grant(
+                &create.api_version,
+                &create.kind,
+                "",
+                &["create", "get", "list", "watch"],
+            )?;
         }
     }
     verbs

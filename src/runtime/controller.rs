@@ -34,7 +34,6 @@ use crate::engine::plan::deletion;
 use crate::engine::plan::ownership;
 use crate::engine::plan::scope::ANNOTATION_PARENT;
 use crate::engine::plan::{self, PlanError};
-use crate::engine::rules::model::ActionTrigger;
 use crate::engine::rules::{Rule, RuleSet};
 use crate::ops::admin::AdminState;
 use crate::ops::metrics::{Outcome, Sampled};
@@ -294,19 +293,6 @@ impl RunningController {
     }
 }
 
-/// The child kinds a rule's controller watches (children only: action objects are not owned state).
-pub fn child_kinds(rule: &Rule) -> Vec<(String, String)> {
-    let mut kinds: Vec<_> = rule
-        .spec
-        .children
-        .iter()
-        .map(|c| (c.api_version.clone(), c.kind.clone()))
-        .collect();
-    kinds.sort();
-    kinds.dedup();
-    kinds
-}
-
 /// Starts the controller of one rule.
 pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningController, NotResolved> {
     let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
@@ -357,7 +343,8 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
             }
         });
     let mut controller = Controller::for_stream_with(parents, parent_store.clone(), parent_kind.resource.clone());
-    let owned = child_kinds(rule);
+    // Children and what actions created (status reads a run's object): both are cached.
+    let owned = rule.owned_kinds();
     let mut children = Vec::new();
     for (api_version, kind) in &owned {
         let served = kinds.resolved(api_version, kind)?;
@@ -644,7 +631,7 @@ async fn reconcile_parent(
     };
     let observed: Vec<Value> = if parent.meta().deletion_timestamp.is_some() {
         // The finalizer is removed on what this says: read it fresh, not from a lagging cache.
-        cleanup::list_owned(&cluster, &deletion_kinds(rule), &uid).await?
+        cleanup::list_owned(&cluster, &rule.owned_kinds(), &uid).await?
     } else {
         cached_children(ctx, &uid).await
     };
@@ -817,22 +804,6 @@ fn parents_of_taken_shards(
             )
             .boxed()
     })
-}
-
-/// The kinds a deleting parent's objects can have: its children and what `on: delete` actions create.
-fn deletion_kinds(rule: &Rule) -> Vec<(String, String)> {
-    let mut kinds = child_kinds(rule);
-    kinds.extend(
-        rule.spec
-            .actions
-            .iter()
-            .filter(|a| a.on == ActionTrigger::Delete)
-            .filter_map(|a| a.create.as_ref())
-            .map(|c| (c.api_version.clone(), c.kind.clone())),
-    );
-    kinds.sort();
-    kinds.dedup();
-    kinds
 }
 
 /// The parent of a child seen by a watch: from the `ruleop.io/parent` annotation of a

@@ -13,7 +13,7 @@ use tracing::{error, info};
 
 use crate::cache::discovery::Kinds;
 use crate::engine::rules::RuleSet;
-use crate::runtime::controller::{self, RunningController, Shared, child_kinds};
+use crate::runtime::controller::{self, RunningController, Shared};
 
 /// How long a controller replaced or removed by a reload may take to finish its reconciles.
 const CONTROLLER_STOP: Duration = Duration::from_secs(30);
@@ -76,7 +76,7 @@ impl Supervisor {
         for rule in &set.rules {
             let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
             let same_kinds = self.running.get(&rule.name).is_some_and(|r| {
-                r.watched == watched && r.owned == child_kinds(rule) && r.looked_up == rule.lookup_kinds()
+                r.watched == watched && r.owned == rule.owned_kinds() && r.looked_up == rule.lookup_kinds()
             });
             if same_kinds {
                 if let Some(running) = self.running.get_mut(&rule.name)

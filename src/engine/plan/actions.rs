@@ -151,6 +151,40 @@ impl RunRecord {
     }
 }
 
+/// The `actions` context entry: per action id, its last run as recorded in status (`key`,
+/// `guardValue`, `phase`, `runs`, `startedAt`) and `object`, the live object that run created
+/// (matched by its key annotation among the objects proven this parent's), or `none`. An action
+/// that never ran is `none`. So status can report an outcome, not just a start: a backup Job's
+/// `status.succeeded`.
+pub fn runs_context(rule: &Rule, parent: &Value, ours: &[&Value]) -> Value {
+    let mut runs = serde_json::Map::new();
+    for action in &rule.spec.actions {
+        let id = action.id.value.as_str();
+        let entry = match RunRecord::read(parent, id).filter(|r| !r.key.is_empty()) {
+            None => Value::Null,
+            Some(record) => {
+                let created = ours.iter().find(|o| {
+                    super::label(o, LABEL_ACTION) == Some(id)
+                        && o.pointer("/metadata/annotations")
+                            .and_then(|a| a.get(ANNOTATION_KEY))
+                            .and_then(Value::as_str)
+                            == Some(record.key.as_str())
+                });
+                json!({
+                    "key": record.key,
+                    "guardValue": record.guard_value,
+                    "phase": record.phase,
+                    "runs": record.runs,
+                    "startedAt": record.started_at,
+                    "object": created.map_or(Value::Null, |o| (*o).clone()),
+                })
+            }
+        };
+        runs.insert(id.to_owned(), entry);
+    }
+    Value::Object(runs)
+}
+
 /// Length of an idempotency key: 8 bytes of SHA-256 in lowercase hex.
 pub const KEY_LEN: usize = 16;
 

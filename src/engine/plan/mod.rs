@@ -286,6 +286,7 @@ fn plan_parent(
     let mut entries = Map::new();
     entries.insert("children".to_owned(), grouped.to_context());
     entries.insert("lookups".to_owned(), looked_up);
+    entries.insert("actions".to_owned(), actions::runs_context(rule, parent, &ours));
     let base = context::extend(&parent_context, entries);
     let live = Live {
         renderer,
