@@ -168,16 +168,7 @@ fn the_catset_scales_one_ordered_pod_at_a_time_keeps_its_claims_and_scales_to_ze
     }
     // The README: the claims are deleted with the CatSet (after its Pods: reverse dependsOn).
     assert!(listed(&ns.0, "pvc", "").is_empty(), "claims deleted with the CatSet");
-    kubectl_ok(&[
-        "patch",
-        "catset",
-        "nginx-backend",
-        "-n",
-        &ns.0,
-        "--type=merge",
-        "-p",
-        r#"{"metadata":{"finalizers":[]}}"#,
-    ]);
+    merge_patch(&ns.0, "catset/nginx-backend", r#"{"metadata":{"finalizers":[]}}"#);
     wait_until(POD_READY, "the CatSet gone", || {
         !kubectl(&["get", "catset", "nginx-backend", "-n", &ns.0])
             .status
