@@ -72,12 +72,20 @@ fn writes_since(operator: &Operator, before: &Reading, ours: &[&str]) -> BTreeMa
     writes
 }
 
+/// Whether a Database's status names the Job of its latest backup run as its latest backup.
+fn reports_its_job(namespace: &str, name: &str) -> bool {
+    let what = format!("database/{name}");
+    let key = get(namespace, &what, "{.status.actions.backup.key}");
+    let job = get(namespace, &what, "{.status.lastBackupJob}");
+    key.len() >= 10 && job.ends_with(&key[..10]) && get(namespace, &what, "{.status.lastBackupResult}") == "Running"
+}
+
 fn expected(writes: &[(&str, u64)]) -> BTreeMap<String, u64> {
     writes.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
 }
 
 #[test]
-fn a_database_with_backups_converges_in_seven_writes_a_spec_change_costs_four_and_one_without_backups_four() {
+fn a_database_with_backups_converges_in_eight_writes_a_spec_change_costs_five_and_one_without_backups_four() {
     install_crds();
     let ns = Namespace::new("writes");
     let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
@@ -91,12 +99,15 @@ fn a_database_with_backups_converges_in_seven_writes_a_spec_change_costs_four_an
         ) == "1/Done"
             && exists(&ns.0, "service/orders-svc")
             && exists(&ns.0, "statefulset/orders")
+            && reports_its_job(&ns.0, "orders")
     });
     let converged = writes_since(&operator, &before, &["POST databases.myorg.io"]);
     eprintln!("one Database converging: {converged:?}");
     // The floor's four (two applies, the Job, one status write), the backups volume, the
-    // finalizer the final backup needs before the parent can be deleted, and one Event saying
-    // what was done. No intent write before the Job (its name is the lock) and no 409.
+    // finalizer the final backup needs before the parent can be deleted, one Event saying
+    // what was done, and a second status write once the watch shows the Job the run created
+    // (lastBackupJob, lastBackupResult: Running; this control plane runs no Job controller, so
+    // it stays Running). No intent write before the Job (its name is the lock) and no 409.
     assert_eq!(
         converged,
         expected(&[
@@ -104,7 +115,7 @@ fn a_database_with_backups_converges_in_seven_writes_a_spec_change_costs_four_an
             ("APPLY services", 1),
             ("APPLY statefulsets.apps", 1),
             ("PATCH databases.myorg.io", 1),
-            ("PATCH databases.myorg.io/status", 1),
+            ("PATCH databases.myorg.io/status", 2),
             ("POST events.events.k8s.io", 1),
             ("POST jobs.batch", 1),
         ]),
@@ -119,6 +130,7 @@ fn a_database_with_backups_converges_in_seven_writes_a_spec_change_costs_four_an
             "database/orders",
             "{.status.observedGeneration}/{.status.actions.backup.guardValue}/{.status.actions.backup.phase}",
         ) == "2/generation=2/Done"
+            && reports_its_job(&ns.0, "orders")
     });
     let changed = writes_since(&operator, &before, &["PATCH databases.myorg.io"]);
     eprintln!("one spec change: {changed:?}");
@@ -126,11 +138,11 @@ fn a_database_with_backups_converges_in_seven_writes_a_spec_change_costs_four_an
         changed,
         expected(&[
             ("APPLY statefulsets.apps", 1),
-            ("PATCH databases.myorg.io/status", 1),
+            ("PATCH databases.myorg.io/status", 2),
             ("POST events.events.k8s.io", 1),
             ("POST jobs.batch", 1),
         ]),
-        "writes of one spec change, by verb and resource"
+        "writes of one spec change, by verb and resource (the run's record, then its Job in status)"
     );
 
     let before = reading(&operator);
