@@ -1,5 +1,6 @@
 //! Peer projects' own examples (Metacontroller, kro) ported to ruleop in examples/peers/, each
-//! checked against what the original's test or README asserts, on the real control plane.
+//! checked against what the original's test or README asserts, on the real control plane; an
+//! example's RuleTests (its `tests/`) run offline.
 
 mod support;
 
@@ -75,6 +76,26 @@ fn every_ported_example_passes_ruleop_check() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(dir.join("README.md").exists(), "{} has no README.md", dir.display());
+        if dir.join("tests").exists() {
+            let out = Command::new(binary())
+                .arg("test")
+                .arg(dir.join("tests"))
+                .arg("--rules")
+                .arg(dir.join("rules"))
+                .arg("--templates")
+                .arg(dir.join("templates"))
+                .env_remove("RULEOP_RULES")
+                .env_remove("RULEOP_TEMPLATES")
+                .output()
+                .expect("ruleop runs");
+            assert!(
+                out.status.success(),
+                "ruleop test failed for {}:\n{}{}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         checked.push(entry.file_name().to_string_lossy().into_owned());
     }
     checked.sort();

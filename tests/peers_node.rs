@@ -56,8 +56,10 @@ fn the_catset_scales_one_ordered_pod_at_a_time_keeps_its_claims_and_scales_to_ze
     kubectl_ok(&["wait", "--for=condition=Established", "-f", &crds, "--timeout=60s"]);
     let ns = Namespace::new("catset");
     let _operator = Operator::start(&dir.join("rules"), &dir.join("templates"), &ns.0);
-    let example = std::fs::read_to_string(dir.join("example.yaml")).expect("example.yaml");
-    support::apply_yaml(&ns.0, &example);
+    for file in ["service.yaml", "example.yaml"] {
+        let yaml = std::fs::read_to_string(dir.join(file)).expect("the example's objects");
+        support::apply_yaml(&ns.0, &yaml);
+    }
 
     // test.sh: "Wait for 3 Pods to be Ready".
     let took = wait_ready_replicas(&ns.0, 3);

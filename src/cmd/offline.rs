@@ -304,9 +304,17 @@ fn adopt(object: &mut Value, rule: &Rule, parent: &Value) {
     if has_label(object, LABEL_PARENT_UID) {
         return;
     }
+    let text = |field: &str| object.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let (api_version, kind) = (text("apiVersion"), text("kind"));
+    let cluster_scoped =
+        rule.is_cluster_scoped(&api_version, &kind) || plan::builtin::is_cluster_scoped(&api_version, &kind);
     if let Ok(parent_ref) = ParentRef::read(parent)
         && let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
     {
+        // Written without a namespace, a namespaced child is in the parent's (as kubectl would put it).
+        if !cluster_scoped && !metadata.contains_key("namespace") {
+            metadata.insert("namespace".to_owned(), json!(parent_ref.namespace));
+        }
         if let Some(owners) = metadata
             .entry("ownerReferences")
             .or_insert_with(|| json!([]))
