@@ -29,7 +29,7 @@ spec:
       kind: ConfigMap
       template: config.yaml.j2
       forEach: spec.items
-      key: item
+      key: "{{ item }}"
       dependsOn: [service]
     - id: secret
       apiVersion: v1

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::cmd::trace::testkit::{applied, parent, plan_of, set, trace_of};
+use crate::cmd::trace::testkit::{NOW, applied, parent, plan_of, set, trace_of};
 use crate::engine::plan;
 
 #[test]
@@ -136,7 +136,25 @@ fn events_keep_the_newest_ten_oldest_first_in_either_shape() {
 fn a_hostile_name_and_message_are_bounded_and_cannot_drive_a_terminal() {
     let mut hostile = parent(&format!("x\u{1b}[2J{}", "a".repeat(5000)), 0);
     hostile["status"]["conditions"][0]["message"] = json!(format!("\u{1b}]0;pwned\u{7}{}", "m".repeat(10_000)));
-    let trace = trace_of(&hostile, &[], &BTreeMap::new(), &[]);
+    let set = set();
+    let planned = plan::plan_with(
+        &set.renderer,
+        &set.rules[0],
+        &hostile,
+        &[],
+        &plan::lookups::NoLookups,
+        NOW,
+    );
+    let trace = build(&Inputs {
+        rule: &set.rules[0],
+        parent: &hostile,
+        observed: &[],
+        plan: planned.as_ref(),
+        drift: &BTreeMap::new(),
+        events: &[],
+    });
+    let error = trace.plan_error.as_deref().expect("a name no child can have");
+    assert!(!error.contains('\u{1b}'), "{error}");
     assert!(!trace.parent.name.contains('\u{1b}'));
     assert!(trace.parent.name.len() < 400, "{}", trace.parent.name.len());
     let message = &trace.parent.conditions[0].message;
