@@ -313,7 +313,7 @@ impl<'a> Session<'a> {
             } else {
                 String::new()
             };
-            format!("the {} {place} are: {}{more}", watch.kind, names.join(", "))
+            format!("existing {} objects {place}: {}{more}", watch.kind, names.join(", "))
         };
         anyhow::anyhow!(
             "{} {:?} not found {place}; {listing}",
