@@ -41,5 +41,5 @@ fuzz:            ## cargo-fuzz every target for FUZZ_SECONDS (default 60) each; 
 kubectl-plugin:  ## build ruleop and link target/bin/kubectl-ruleop -> it: with target/bin on PATH, `kubectl ruleop trace ...` works
 	cargo build --quiet
 	mkdir -p target/bin
-	ln -sf ../debug/ruleop target/bin/kubectl-ruleop
+	ln -sf "$(abspath $(or $(CARGO_TARGET_DIR),target))/debug/ruleop" target/bin/kubectl-ruleop
 	@echo "add $(CURDIR)/target/bin to PATH, then: kubectl ruleop trace database/NAME -n NS"
