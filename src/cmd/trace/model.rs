@@ -502,17 +502,29 @@ fn child(
             secret_keys: is_secret(&removal.target).then(|| secret_keys(live)),
         });
     }
-    if planned.is_empty() && waiting.is_some() {
-        // Held back by dependsOn: what exists is kept, nothing is rendered for it.
+    let deleting = parent.deletion_timestamp.is_some();
+    if planned.is_empty() && (waiting.is_some() || deleting) {
+        // Held back by dependsOn (what exists is kept, nothing is rendered for it), or the
+        // parent's teardown: what exists goes in reverse dependsOn order.
+        let pruned = |target: &ObjectRef| plan.is_some_and(|p| p.prune.contains(target));
         for object in &live {
             let Some(target) = ObjectRef::of(object) else { continue };
+            let held = (waiting.is_none()).then(|| {
+                if pruned(&target) {
+                    "the parent is being deleted: the next reconcile deletes it".to_owned()
+                } else if owned_by(object, &parent.uid) == "ownerReference" {
+                    "the parent is being deleted: garbage collection deletes it with the parent".to_owned()
+                } else {
+                    "the parent is being deleted: it waits for its turn in the teardown".to_owned()
+                }
+            });
             objects.push(ObjectTrace {
                 object: ObjectShown::of(&target),
                 item_key: spec.for_each.is_some().then(|| short(&foreach::observed_key(object))),
                 exists: true,
-                desired: true,
+                desired: waiting.is_some(),
                 update: None,
-                held: None,
+                held,
                 drift: None,
                 drift_diff: None,
                 drift_error: None,

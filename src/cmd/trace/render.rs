@@ -143,7 +143,7 @@ pub fn tree(trace: &Trace, colour: bool) -> String {
     }
     let _ = writeln!(out, "children:");
     for child in &trace.children {
-        child_lines(&mut out, &style, child);
+        child_lines(&mut out, &style, child, p.deletion_timestamp.is_some());
     }
     if !trace.prune.is_empty() {
         let _ = writeln!(out, "prune (no longer desired, the next reconcile deletes):");
@@ -205,12 +205,14 @@ pub fn tree(trace: &Trace, colour: bool) -> String {
     out
 }
 
-fn child_lines(out: &mut String, style: &Style, child: &ChildTrace) {
+fn child_lines(out: &mut String, style: &Style, child: &ChildTrace, deleting: bool) {
     let (mark, state) = if let Some(wait) = &child.waiting {
         (
             Mark::Waiting,
             format!("waiting for {:?} (dependsOn): {}", wait.on, wait.reason),
         )
+    } else if !child.desired && deleting {
+        (Mark::Waiting, "the parent is being deleted".to_owned())
     } else if !child.desired {
         (Mark::Off, "not desired (`when` is false, or no plan)".to_owned())
     } else if child.ready {

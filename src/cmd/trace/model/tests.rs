@@ -178,3 +178,23 @@ fn a_failed_plan_is_reported_and_every_child_shown_as_not_desired() {
     assert_eq!(trace.plan_error.as_deref(), Some("invalid custom resource: no spec"));
     assert!(trace.children.iter().all(|c| !c.desired && c.objects.is_empty()));
 }
+
+#[test]
+fn while_the_parent_is_deleted_its_live_children_show_what_removes_them() {
+    let set = set();
+    let first = parent("web", 0);
+    let observed = applied(&plan_of(&set, &first, &[]));
+    let mut deleting = first.clone();
+    deleting["metadata"]["deletionTimestamp"] = json!(NOW);
+    let trace = trace_of(&deleting, &observed, &BTreeMap::new(), &[]);
+    assert_eq!(trace.parent.deletion_timestamp.as_deref(), Some(NOW));
+    let service = &trace.children[0];
+    assert!(!service.desired);
+    assert_eq!(service.objects.len(), 1, "{service:?}");
+    assert_eq!(
+        service.objects[0].held.as_deref(),
+        Some("the parent is being deleted: the next reconcile deletes it"),
+        "the parent holds the cleanup finalizer: the engine tears its children down itself"
+    );
+    assert!(trace.prune.iter().any(|p| p.name == "web-svc"), "{:?}", trace.prune);
+}
