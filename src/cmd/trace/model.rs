@@ -290,7 +290,7 @@ pub struct ActionTrace {
     /// The last attempt's failure time, when it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_at: Option<String>,
-    /// The last error (the `Ready` or record condition's message), when the last attempt failed.
+    /// The last attempt's error (`status.actions.<id>.error`), when it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
@@ -612,7 +612,7 @@ fn action(decision: &actions::ActionDecision, parent: &Value) -> ActionTrace {
         guard_value: record.as_ref().map(|r| short(&r.guard_value)).filter(|g| !g.is_empty()),
         created,
         failed_at: record.as_ref().and_then(|r| r.failed_at.as_deref()).map(short),
-        last_error: failed.then(|| last_error(parent)).flatten(),
+        last_error: failed.then(|| last_error(parent, &decision.id)).flatten(),
     }
 }
 
@@ -634,17 +634,15 @@ fn created_object(
     Some(ObjectShown::of(&target))
 }
 
-/// A failed run reports its error on the parent's `Ready` condition (reason and message).
-fn last_error(parent: &Value) -> Option<String> {
-    let conditions = parent.pointer("/status/conditions")?.as_array()?;
-    let ready = conditions
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(READY))?;
-    if ready.get("status").and_then(Value::as_str) == Some("True") {
-        return None;
-    }
-    let text = |f: &str| ready.get(f).and_then(Value::as_str).unwrap_or_default();
-    Some(message(&format!("{}: {}", text("reason"), text("message"))))
+/// The error a failed run recorded in `status.actions.<id>.error` (what the apply layer writes
+/// beside `failedAt`; [`actions::RunRecord`] does not carry it).
+fn last_error(parent: &Value, id: &str) -> Option<String> {
+    let pointer = format!("/status/actions/{}/error", id.replace('~', "~0").replace('/', "~1"));
+    parent
+        .pointer(&pointer)
+        .and_then(Value::as_str)
+        .filter(|e| !e.is_empty())
+        .map(message)
 }
 
 /// The newest [`EVENTS_SHOWN`] Events, oldest first.

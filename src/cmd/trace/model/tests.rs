@@ -198,3 +198,19 @@ fn while_the_parent_is_deleted_its_live_children_show_what_removes_them() {
     );
     assert!(trace.prune.iter().any(|p| p.name == "web-svc"), "{:?}", trace.prune);
 }
+
+#[test]
+fn a_failed_run_shows_the_error_its_record_keeps() {
+    let mut failing = parent("web", 0);
+    failing["status"]["actions"]["seed"] = json!({"key": "0123456789abcdef", "guardValue": "generation=2",
+        "phase": "Failed", "runs": 2, "attempts": 3, "failedAt": NOW, "error": "ConfigMap web-seed: forbidden\u{1b}[2J"});
+    let trace = trace_of(&failing, &[], &BTreeMap::new(), &[]);
+    let seed = &trace.actions[0];
+    assert_eq!(seed.phase.as_deref(), Some("Failed"));
+    assert_eq!((seed.runs, seed.attempts), (2, 3));
+    assert_eq!(seed.failed_at.as_deref(), Some(NOW));
+    assert_eq!(
+        seed.last_error.as_deref(),
+        Some("ConfigMap web-seed: forbidden\\u{1b}[2J")
+    );
+}
