@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test unit bench check schema reference control-plane deploy-config rbac image fuzz
+.PHONY: demo test unit bench check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -37,3 +37,9 @@ image:           ## container image without a daemon: static binary -> target/ru
 
 fuzz:            ## cargo-fuzz every target for FUZZ_SECONDS (default 60) each; see docs/development/fuzzing.md
 	scripts/fuzz.sh
+
+kubectl-plugin:  ## build ruleop and link target/bin/kubectl-ruleop -> it: with target/bin on PATH, `kubectl ruleop trace ...` works
+	cargo build --quiet
+	mkdir -p target/bin
+	ln -sf "$(abspath $(or $(CARGO_TARGET_DIR),target))/debug/ruleop" target/bin/kubectl-ruleop
+	@echo "add $(CURDIR)/target/bin to PATH, then: kubectl ruleop trace database/NAME -n NS"

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use ruleop::cmd::cli::{Cli, Command};
 use ruleop::cmd::offline;
-use ruleop::cmd::{diff, reference, ruletest};
+use ruleop::cmd::{diff, reference, ruletest, trace};
 use ruleop::engine::duration;
 use ruleop::runtime::run::{RunSettings, run};
 
@@ -50,6 +50,21 @@ fn main() -> ExitCode {
             selector,
             now,
         } => return ExitCode::from(diff::command(sources, namespace, selector, now)),
+        Command::Trace {
+            sources,
+            target,
+            namespace,
+            watch,
+            output,
+        } => {
+            let options = trace::Options {
+                target,
+                namespace,
+                watch,
+                output,
+            };
+            return ExitCode::from(trace::command(&sources, &options));
+        }
         Command::Rbac { sources, crds } => offline::rbac(&sources, &crds),
         Command::Run {
             sources,

@@ -1,8 +1,11 @@
-//! The command line: argument types and the offline commands (`check`, `render`, `test`, `diff`), and
-//! the generated reference pages (`reference`).
+//! The command line: argument types, the offline commands (`check`, `render`, `test`), the
+//! read-only live ones (`diff`, `trace`, sharing [`live`]), and the generated reference pages
+//! (`reference`).
 
 pub mod cli;
 pub mod diff;
+pub mod live;
 pub mod offline;
 pub mod reference;
 pub mod ruletest;
+pub mod trace;

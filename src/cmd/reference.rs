@@ -308,7 +308,7 @@ mod tests {
     #[test]
     fn every_visible_subcommand_has_a_section_and_the_hidden_one_none() {
         let page = cli();
-        for name in ["run", "check", "render", "rbac", "schema", "test", "diff"] {
+        for name in ["run", "check", "render", "rbac", "schema", "test", "diff", "trace"] {
             assert!(page.contains(&format!("## `ruleop {name}`")), "{name} missing");
         }
         assert!(!page.contains("## `ruleop reference`"));

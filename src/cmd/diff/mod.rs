@@ -7,24 +7,17 @@
 //! fields ruleop manages (from the dry run's and the live object's `managedFields`). Nothing is
 //! persisted: every request is a read or carries `dryRun=All`.
 
-pub mod fields;
-
-use std::collections::{BTreeMap, HashMap};
-
-use anyhow::Context as _;
 use futures::StreamExt as _;
 use kube::Client;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value};
 
 use crate::apply::children::with_desired_hash;
-use crate::apply::{FIELD_MANAGER, api_error, compare};
+use crate::apply::compare;
 use crate::cache::discovery::Kinds;
-use crate::engine::plan::children::ANNOTATION_DESIRED_HASH;
+use crate::cmd::live::dry_run::{self, DryRunError, unified};
+use crate::cmd::live::{self, ReadLookups, strip_managed_fields};
 use crate::engine::plan::children::{DesiredChild, ObjectRef};
-use crate::engine::plan::context::{LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use crate::engine::plan::deletion::{FINALIZER, FinalizerStep};
-use crate::engine::plan::lookups::{LookupKey, LookupSource};
 use crate::engine::plan::{self, Plan, actions::Effect};
 use crate::engine::rules::{Rule, RuleSet};
 use crate::engine::yaml;
@@ -161,19 +154,13 @@ pub fn command(
 
 /// Diffs every parent of every rule of `set` against the cluster of the kubeconfig.
 pub async fn diff(set: &RuleSet, options: &Options) -> anyhow::Result<Report> {
-    let config = crate::apply::client::cluster_config()
-        .await
-        .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
-    let client = Client::try_from(config).context("cannot build a client for the cluster")?;
-    let mut kinds = Kinds::default();
-    if let Some(unknown) = kinds.resolve(&client, set).await.into_iter().next() {
-        return Err(unknown.into());
-    }
+    let (client, kinds) = live::connect(set).await?;
     let mut report = Report::default();
     for rule in &set.rules {
-        let parents = list_parents(&client, &kinds, rule, options).await?;
-        let children = list_children(&client, &kinds, rule, options.namespace.as_deref()).await?;
-        let lookups = read_lookups(&client, &kinds, set, rule, &parents).await?;
+        let namespace = options.namespace.as_deref();
+        let parents = live::list_parents(&client, &kinds, rule, namespace, options.selector.as_deref()).await?;
+        let children = live::list_children(&client, &kinds, rule, namespace, None).await?;
+        let lookups = live::read_lookups(&client, &kinds, set, rule, &parents).await?;
         let context = ParentContext {
             client: &client,
             kinds: &kinds,
@@ -182,14 +169,11 @@ pub async fn diff(set: &RuleSet, options: &Options) -> anyhow::Result<Report> {
             lookups: &lookups,
             now: &options.now,
         };
-        let diffs: Vec<ParentDiff> = futures::stream::iter(parents.iter().map(|parent| {
-            let uid = parent
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let observed = children.get(uid).map(Vec::as_slice).unwrap_or_default();
-            context.diff_parent(parent, observed)
-        }))
+        let diffs: Vec<ParentDiff> = futures::stream::iter(
+            parents
+                .iter()
+                .map(|parent| context.diff_parent(parent, live::children_of(&children, parent))),
+        )
         .buffered(CONCURRENCY)
         .collect()
         .await;
@@ -204,189 +188,6 @@ pub async fn diff(set: &RuleSet, options: &Options) -> anyhow::Result<Report> {
         }
     }
     Ok(report)
-}
-
-fn strip_managed_fields(mut object: Value) -> Value {
-    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        metadata.remove("managedFields");
-    }
-    object
-}
-
-fn api_for(
-    client: &Client,
-    kinds: &Kinds,
-    api_version: &str,
-    kind: &str,
-    namespace: Option<&str>,
-) -> anyhow::Result<Api<DynamicObject>> {
-    let served = kinds
-        .get(api_version, kind)
-        .with_context(|| format!("{api_version} {kind} is not a resolved kind"))?;
-    Ok(match namespace {
-        Some(ns) if served.namespaced => Api::namespaced_with(client.clone(), ns, &served.resource),
-        _ => Api::all_with(client.clone(), &served.resource),
-    })
-}
-
-/// Every object of a LIST as JSON, decoded once (not through typed objects: a thousand
-/// StatefulSets with their managedFields are megabytes), with apiVersion and kind set (items
-/// of a list of a built-in kind come without them).
-async fn list_values(
-    client: &Client,
-    api: &Api<DynamicObject>,
-    params: &ListParams,
-    api_version: &str,
-    kind: &str,
-) -> anyhow::Result<Vec<Value>> {
-    let request = kube::core::Request::new(api.resource_url()).list(params)?;
-    let mut list: Value = client.request(request).await?;
-    let Some(Value::Array(items)) = list.get_mut("items").map(Value::take) else {
-        return Ok(Vec::new());
-    };
-    Ok(items
-        .into_iter()
-        .map(|mut item| {
-            if let Some(map) = item.as_object_mut() {
-                map.entry("apiVersion").or_insert_with(|| Value::from(api_version));
-                map.entry("kind").or_insert_with(|| Value::from(kind));
-            }
-            item
-        })
-        .collect())
-}
-
-/// The rule's parents, sorted by namespace and name.
-async fn list_parents(client: &Client, kinds: &Kinds, rule: &Rule, options: &Options) -> anyhow::Result<Vec<Value>> {
-    let watch = &rule.spec.watch;
-    let selector: Vec<&str> = [watch.label_selector.as_deref(), options.selector.as_deref()]
-        .into_iter()
-        .flatten()
-        .filter(|s| !s.trim().is_empty())
-        .collect();
-    let params = ListParams::default().labels(&selector.join(","));
-    let api = api_for(
-        client,
-        kinds,
-        &watch.api_version,
-        &watch.kind,
-        options.namespace.as_deref(),
-    )?;
-    let list = list_values(client, &api, &params, &watch.api_version, &watch.kind)
-        .await
-        .with_context(|| format!("listing {} {} of rule {:?}", watch.api_version, watch.kind, rule.name))?;
-    let mut parents: Vec<Value> = list
-        .into_iter()
-        .map(strip_managed_fields)
-        .filter(|p| {
-            let ns = p
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            (watch.namespaces.is_empty() || watch.namespaces.iter().any(|w| w == ns)) && rule.selects(p)
-        })
-        .collect();
-    let key = |p: &Value| {
-        let text = |ptr: &str| p.pointer(ptr).and_then(Value::as_str).unwrap_or_default().to_owned();
-        (text("/metadata/namespace"), text("/metadata/name"))
-    };
-    parents.sort_by_key(key);
-    Ok(parents)
-}
-
-/// The rule's live children (with their managedFields) by parent UID.
-async fn list_children(
-    client: &Client,
-    kinds: &Kinds,
-    rule: &Rule,
-    namespace: Option<&str>,
-) -> anyhow::Result<HashMap<String, Vec<Value>>> {
-    let mut kinds_of_children: Vec<(&str, &str)> = rule
-        .spec
-        .children
-        .iter()
-        .map(|c| (c.api_version.as_str(), c.kind.as_str()))
-        .collect();
-    kinds_of_children.sort();
-    kinds_of_children.dedup();
-    let params = ListParams::default().labels(&format!("{LABEL_RULE}={}", rule.name));
-    let mut by_parent: HashMap<String, Vec<Value>> = HashMap::new();
-    for (api_version, kind) in kinds_of_children {
-        let api = api_for(client, kinds, api_version, kind, namespace)?;
-        let list = list_values(client, &api, &params, api_version, kind)
-            .await
-            .with_context(|| format!("listing {api_version} {kind} children of rule {:?}", rule.name))?;
-        for object in list {
-            let uid = object
-                .pointer(&format!("/metadata/labels/{}", LABEL_PARENT_UID.replace('/', "~1")))
-                .and_then(Value::as_str);
-            if let Some(uid) = uid {
-                by_parent.entry(uid.to_owned()).or_default().push(object);
-            }
-        }
-    }
-    Ok(by_parent)
-}
-
-/// Looked-up objects, read once per key: none or one by name, every match for a list key.
-struct ReadLookups(BTreeMap<LookupKey, Vec<Value>>);
-
-impl LookupSource for ReadLookups {
-    fn get(&self, key: &LookupKey) -> Option<Value> {
-        self.0.get(key).and_then(|objects| objects.first().cloned())
-    }
-
-    fn list(&self, key: &LookupKey) -> Vec<Value> {
-        self.0.get(key).cloned().unwrap_or_default()
-    }
-}
-
-async fn read_lookups(
-    client: &Client,
-    kinds: &Kinds,
-    set: &RuleSet,
-    rule: &Rule,
-    parents: &[Value],
-) -> anyhow::Result<ReadLookups> {
-    let mut read = BTreeMap::new();
-    if rule.spec.lookups.is_empty() {
-        return Ok(ReadLookups(read));
-    }
-    for parent in parents {
-        let Ok(parent_ref) = ParentRef::read(parent) else {
-            continue;
-        };
-        let context = plan::context::build(parent, &BTreeMap::new(), &rule.name, None);
-        // A parent whose lookup names fail to render gets that error from its plan.
-        let Ok(keys) = plan::lookups::keys(&set.renderer, rule, &parent_ref, &context) else {
-            continue;
-        };
-        for key in keys.into_iter().filter_map(|(_, key)| key) {
-            if read.contains_key(&key) {
-                continue;
-            }
-            let namespace = Some(key.namespace.as_str()).filter(|ns| *ns != plan::lookups::ALL_NAMESPACES);
-            let api = api_for(client, kinds, &key.api_version, &key.kind, namespace)?;
-            let objects = if key.is_list() {
-                let mut params = ListParams::default();
-                if let Some(selector) = rule.lookup_selector(&key.api_version, &key.kind) {
-                    params = params.labels(&selector);
-                }
-                list_values(client, &api, &params, &key.api_version, &key.kind)
-                    .await
-                    .with_context(|| format!("listing lookup {key}"))?
-            } else {
-                api.get_opt(&key.name)
-                    .await
-                    .with_context(|| format!("reading lookup {key}"))?
-                    .and_then(|o| serde_json::to_value(o).ok())
-                    .into_iter()
-                    .collect()
-            };
-            read.insert(key, objects.into_iter().map(strip_managed_fields).collect());
-        }
-    }
-    Ok(ReadLookups(read))
 }
 
 /// One parent's part of the report.
@@ -508,73 +309,28 @@ impl ParentContext<'_> {
     /// The unified diff of one child's managed fields, live vs the dry run's result.
     async fn child_diff(&self, child: &DesiredChild, desired: &Value, live: Option<&Value>) -> String {
         let target = &child.target;
-        let params = PatchParams::apply(FIELD_MANAGER).force().validation_strict().dry_run();
-        let api = match api_for(
-            self.client,
-            self.kinds,
-            &target.api_version,
-            &target.kind,
-            Some(&target.namespace),
-        ) {
-            Ok(api) => api,
-            Err(e) => return format!("! {target}: {e:#}\n"),
+        let compared = match dry_run::compare(self.client, self.kinds, target, desired, live).await {
+            Ok(compared) => compared,
+            Err(e @ DryRunError::Kind(_)) => return format!("! {target}: {e}\n"),
+            Err(e @ DryRunError::Refused(_)) => return format!("! {target} {e}\n"),
         };
-        let result = match api.patch(&target.name, &params, &Patch::Apply(desired)).await {
-            Ok(object) => serde_json::to_value(object).unwrap_or_default(),
-            Err(e) => {
-                return format!(
-                    "! {target} would be refused by the API server: {}\n",
-                    api_error::describe(&e)
-                );
+        match compared.before {
+            None => unified(
+                "",
+                &compared.after,
+                "/dev/null",
+                &format!("{target} (would be created)"),
+            ),
+            Some(before) if before == compared.after => {
+                format!("~ {target} would be re-applied with no change to its fields (its desired-hash changes)\n")
             }
-        };
-        let mut owned = fields::owned_by(&result, FIELD_MANAGER);
-        if let Some(live) = live {
-            fields::merge(&mut owned, &fields::owned_by(live, FIELD_MANAGER));
+            Some(before) => unified(
+                &before,
+                &compared.after,
+                &format!("{target} (live)"),
+                &format!("{target} (proposed)"),
+            ),
         }
-        let shown = |object: &Value| {
-            let mut projected = fields::project(object, &owned);
-            if let Some(Value::Object(annotations)) = projected.pointer_mut("/metadata/annotations") {
-                annotations.remove(ANNOTATION_DESIRED_HASH);
-                if annotations.is_empty()
-                    && let Some(Value::Object(metadata)) = projected.get_mut("metadata")
-                {
-                    metadata.remove("annotations");
-                }
-            }
-            yaml::to_string(&sorted(projected))
-        };
-        let after = shown(&result);
-        match live {
-            None => unified("", &after, "/dev/null", &format!("{target} (would be created)")),
-            Some(live) => {
-                let before = shown(live);
-                if before == after {
-                    format!("~ {target} would be re-applied with no change to its fields (its desired-hash changes)\n")
-                } else {
-                    unified(
-                        &before,
-                        &after,
-                        &format!("{target} (live)"),
-                        &format!("{target} (proposed)"),
-                    )
-                }
-            }
-        }
-    }
-}
-
-/// `value` with every map's keys in order: the live object (JSON as stored) and the dry run's
-/// result (decoded through typed metadata) list the same fields in different orders.
-fn sorted(value: Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
-        }
-        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
-        other => other,
     }
 }
 
@@ -587,14 +343,6 @@ fn header(rule: &Rule, parent: &Value) -> String {
         text("/metadata/name"),
         rule.name
     )
-}
-
-fn unified(before: &str, after: &str, from: &str, to: &str) -> String {
-    similar::TextDiff::from_lines(before, after)
-        .unified_diff()
-        .context_radius(3)
-        .header(from, to)
-        .to_string()
 }
 
 /// The status fields a patch changes, before and after, as a unified diff.

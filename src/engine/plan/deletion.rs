@@ -432,6 +432,7 @@ fn empty(
         prune: Vec::new(),
         release: Vec::new(),
         waiting: Vec::new(),
+        readiness: std::collections::BTreeMap::new(),
         held_removals: Vec::new(),
         lookups: Vec::new(),
         actions,

@@ -173,6 +173,10 @@ pub struct Plan {
     pub release: Vec<lifecycle::Release>,
     /// Desired children held back by `dependsOn` (not applied, not pruned).
     pub waiting: Vec<Waiting>,
+    /// Each child id's readiness (`readyWhen` on the observed objects), as `ready.<id>` and
+    /// `dependsOn` saw it; empty when no children were planned (paused, deleted).
+    #[serde(skip)]
+    pub readiness: BTreeMap<String, order::Readiness>,
     /// Removals a `scaling: Ordered` forEach holds back (one item goes at a time).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub held_removals: Vec<scaling::HeldRemoval>,
@@ -518,6 +522,7 @@ fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan,
         prune,
         release,
         waiting,
+        readiness,
         held_removals,
         lookups: lookups_read,
         actions,

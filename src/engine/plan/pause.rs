@@ -46,6 +46,7 @@ pub fn plan(parent: &Value, now: &str) -> Plan {
         prune: Vec::new(),
         release: Vec::new(),
         waiting: Vec::new(),
+        readiness: std::collections::BTreeMap::new(),
         held_removals: Vec::new(),
         lookups: Vec::new(),
         actions: Vec::new(),
