@@ -5,7 +5,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -36,19 +36,7 @@ fn converged_databases(ns: &Namespace, names: &[&str]) {
 }
 
 fn ruleop_diff(ns: &str, rules: &Path, templates: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ruleop"))
-        .args(["diff", "--namespace", ns, "--rules"])
-        .arg(rules)
-        .arg("--templates")
-        .arg(templates)
-        .env("KUBECONFIG", &control_plane().kubeconfig)
-        .env_remove("RULEOP_NAMESPACE")
-        .output()
-        .expect("ruleop diff runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    ruleop_command(&["diff", "--namespace", ns], rules, templates)
 }
 
 /// A copy of the shipped templates with `edit` applied to `file`.

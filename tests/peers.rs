@@ -6,7 +6,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use support::*;
@@ -59,41 +58,25 @@ fn every_ported_example_passes_ruleop_check() {
             continue;
         }
         let dir = entry.path();
-        let out = Command::new(binary())
-            .args(["check", "--rules"])
-            .arg(dir.join("rules"))
-            .arg("--templates")
-            .arg(dir.join("templates"))
-            .env_remove("RULEOP_RULES")
-            .env_remove("RULEOP_TEMPLATES")
-            .output()
-            .expect("ruleop runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let (rules, templates) = (dir.join("rules"), dir.join("templates"));
+        let out = ruleop_command(&["check"], &rules, &templates);
+        let stdout = text(&out.stdout);
         assert!(
             out.status.success() && stdout.starts_with("ok: "),
             "ruleop check failed for {}:\n{stdout}{}",
             dir.display(),
-            String::from_utf8_lossy(&out.stderr)
+            text(&out.stderr)
         );
         assert!(dir.join("README.md").exists(), "{} has no README.md", dir.display());
-        if dir.join("tests").exists() {
-            let out = Command::new(binary())
-                .arg("test")
-                .arg(dir.join("tests"))
-                .arg("--rules")
-                .arg(dir.join("rules"))
-                .arg("--templates")
-                .arg(dir.join("templates"))
-                .env_remove("RULEOP_RULES")
-                .env_remove("RULEOP_TEMPLATES")
-                .output()
-                .expect("ruleop runs");
+        let tests = dir.join("tests");
+        if tests.exists() {
+            let out = ruleop_command(&["test", &tests.display().to_string()], &rules, &templates);
             assert!(
                 out.status.success(),
                 "ruleop test failed for {}:\n{}{}",
                 dir.display(),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+                text(&out.stdout),
+                text(&out.stderr)
             );
         }
         checked.push(entry.file_name().to_string_lossy().into_owned());

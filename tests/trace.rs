@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -22,21 +22,8 @@ const WAIT: Duration = Duration::from_secs(60);
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn ruleop_trace(rules: &std::path::Path, templates: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(binary())
-        .arg("trace")
-        .args(args)
-        .arg("--rules")
-        .arg(rules)
-        .arg("--templates")
-        .arg(templates)
-        .env("KUBECONFIG", &control_plane().kubeconfig)
-        .env_remove("RULEOP_NAMESPACE")
-        .output()
-        .expect("ruleop trace runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    let args: Vec<&str> = std::iter::once("trace").chain(args.iter().copied()).collect();
+    ruleop_command(&args, rules, templates)
 }
 
 fn json_of(out: &Output) -> Value {

@@ -321,6 +321,28 @@ pub fn binary() -> PathBuf {
         .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ruleop")), PathBuf::from)
 }
 
+/// Runs a one-shot ruleop command (`args`, then `--rules`, `--templates`) against this test
+/// binary's control plane, with no namespace or rules from the environment.
+pub fn ruleop_command(args: &[&str], rules: &Path, templates: &Path) -> Output {
+    Command::new(binary())
+        .args(args)
+        .arg("--rules")
+        .arg(rules)
+        .arg("--templates")
+        .arg(templates)
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .env_remove("RULEOP_NAMESPACE")
+        .env_remove("RULEOP_RULES")
+        .env_remove("RULEOP_TEMPLATES")
+        .output()
+        .expect("ruleop runs")
+}
+
+/// The text of a command's output.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// A `ruleop run` child process, stopped with SIGTERM when dropped.
 pub struct Operator {
     child: Child,

@@ -128,16 +128,8 @@ pub fn command(
         selector,
         now: now.unwrap_or_else(crate::runtime::clock::now_rfc3339),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return 2;
-        }
+    let Some(runtime) = crate::cmd::live::runtime() else {
+        return 2;
     };
     match runtime.block_on(diff(&set, &options)) {
         Ok(report) => {

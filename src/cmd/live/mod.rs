@@ -19,6 +19,22 @@ use crate::engine::plan::context::{LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use crate::engine::plan::lookups::{LookupKey, LookupSource};
 use crate::engine::rules::{Rule, RuleSet};
 
+/// The async runtime a read-only command runs on (two workers: it waits on the API server, it
+/// does not compute), or `None` after saying why it could not start.
+pub fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            None
+        }
+    }
+}
+
 /// A client for the cluster of the kubeconfig (or the in-cluster service account), with every
 /// kind of `set` resolved through discovery.
 pub async fn connect(set: &RuleSet) -> anyhow::Result<(Client, Kinds)> {

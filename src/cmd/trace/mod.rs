@@ -64,16 +64,8 @@ pub fn command(sources: &Sources, options: &Options) -> u8 {
             return 2;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return 2;
-        }
+    let Some(runtime) = crate::cmd::live::runtime() else {
+        return 2;
     };
     runtime.block_on(run(&set, options))
 }
