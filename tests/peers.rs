@@ -92,6 +92,7 @@ fn every_ported_example_passes_ruleop_check() {
             "metacontroller-configmappropagation",
             "metacontroller-globalconfigmap",
             "metacontroller-service-per-pod",
+            "metacontroller-update-strategy",
         ]
     );
 }
@@ -573,4 +574,73 @@ fn ingress_fan_in_routes_every_http_service_and_follows_them() {
     // Its children are all in its own namespace (owner references): no cleanup finalizer.
     assert!(!has_ruleop_finalizer(&ns.0, parent));
     kubectl_ok(&["delete", "-n", &ns.0, parent, "--timeout=30s"]);
+}
+
+// Metacontroller's examples/update-strategy/test.sh, step by step: the same child under
+// updateStrategy OnDelete and Recreate.
+#[test]
+fn update_strategies_on_delete_withholds_a_change_until_deleted_and_recreate_recreates_once() {
+    const NAME: &str = "metacontroller-update-strategy";
+    let ns = Namespace::new("peers-upd");
+    let operator = start_example(NAME, &ns.0);
+    apply_yaml(&ns.0, &example_file(NAME, "example.yaml"));
+    let value = |cm: &str| get(&ns.0, &format!("configmap/{cm}"), "{.data.value}");
+    let uid = |cm: &str| get(&ns.0, &format!("configmap/{cm}"), "{.metadata.uid}");
+
+    // Phase 1: both children appear with v1.
+    wait_until(WAIT, "odd-instance-data with v1", || value("odd-instance-data") == "v1");
+    wait_until(WAIT, "rcd-instance-data with v1", || value("rcd-instance-data") == "v1");
+    let (odd_first, rcd_first) = (uid("odd-instance-data"), uid("rcd-instance-data"));
+
+    // Phase 2: configData v2 in both. Recreate: deleted and created again with v2.
+    operator.reconciled_after("on-delete-demo", || {
+        merge_patch(&ns.0, "ondeletedemo/odd-instance", r#"{"spec":{"configData":"v2"}}"#);
+    });
+    merge_patch(&ns.0, "recreatedemo/rcd-instance", r#"{"spec":{"configData":"v2"}}"#);
+    wait_until(WAIT, "rcd-instance-data recreated with v2", || {
+        value("rcd-instance-data") == "v2"
+    });
+    let rcd_second = uid("rcd-instance-data");
+    assert_ne!(
+        rcd_second, rcd_first,
+        "Recreate deleted the ConfigMap and created a new one"
+    );
+    // No recreation loop: three more reconciles (each caused by a parent edit that leaves the
+    // rendering as it is) keep the same object and v2. The original waits 30 s instead.
+    for round in 0..3 {
+        operator.reconciled_after("recreate-demo", || {
+            kubectl_ok(&[
+                "annotate",
+                "-n",
+                &ns.0,
+                "recreatedemo/rcd-instance",
+                &format!("peers.ruleop.io/nudge={round}"),
+                "--overwrite",
+            ]);
+        });
+        operator.idle_reconciles("recreate-demo");
+        assert_eq!(
+            uid("rcd-instance-data"),
+            rcd_second,
+            "no recreation loop (round {round})"
+        );
+    }
+    assert_eq!(value("rcd-instance-data"), "v2");
+
+    // OnDelete: the change is withheld (the parent was reconciled after it), the object kept.
+    operator.idle_reconciles("on-delete-demo");
+    assert_eq!(value("odd-instance-data"), "v1", "OnDelete withholds the update");
+    assert_eq!(uid("odd-instance-data"), odd_first);
+    assert_eq!(
+        get(&ns.0, "ondeletedemo/odd-instance", "{.status.observedConfigData}"),
+        "v2",
+        "status follows the parent (sync.py's observedConfigData)"
+    );
+
+    // Phase 3: deleting the OnDelete child lets the next reconcile create it with v2.
+    kubectl_ok(&["delete", "-n", &ns.0, "configmap/odd-instance-data"]);
+    wait_until(WAIT, "odd-instance-data recreated with v2", || {
+        value("odd-instance-data") == "v2"
+    });
+    assert_ne!(uid("odd-instance-data"), odd_first);
 }
