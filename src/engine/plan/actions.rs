@@ -271,11 +271,6 @@ pub fn decide(
     Ok(decision)
 }
 
-/// Whether a rule's text is a Jinja template rather than a constant.
-pub fn is_template(text: &str) -> bool {
-    text.contains("{{") || text.contains("{%")
-}
-
 /// The guard value of a scheduled run: the slot's UTC time.
 fn slot_guard_value(slot: jiff::Timestamp) -> String {
     format!("slot={slot}")
@@ -297,7 +292,7 @@ fn scheduled_slot(
     let at = || crate::engine::diagnostic::SourceLocation::from_span(&rule.file, &action.id.referenced).to_string();
     let invalid =
         |message: String| PlanError::InvalidParent(format!("{}: action {}: {message}", at(), action.id.value));
-    let expression = if is_template(written) {
+    let expression = if crate::engine::template::is_template(written) {
         let name = rule.inline_template(&format!("actions.{}.guard.schedule", action.id.value));
         renderer.render_text(&name, scope.context)?.trim().to_owned()
     } else {

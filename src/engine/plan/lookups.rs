@@ -148,7 +148,7 @@ fn guard(
     namespace: &str,
     parent_ref: &ParentRef,
 ) -> Result<(), PlanError> {
-    let constant = !template.value.contains("{{") && !template.value.contains("{%");
+    let constant = !crate::engine::template::is_template(&template.value);
     if constant
         || namespace.is_empty()
         || namespace == parent_ref.namespace

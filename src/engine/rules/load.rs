@@ -787,7 +787,7 @@ impl RuleChecker<'_> {
             }
             return;
         };
-        if crate::engine::plan::actions::is_template(expression) {
+        if crate::engine::template::is_template(expression) {
             // Rendered per parent (`"{{ spec.backup.schedule }}"`), checked when rendered.
             self.compile_inline(rule, &format!("actions.{id}.guard.schedule"), expression, at.clone());
         } else if let Err(message) =

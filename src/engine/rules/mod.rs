@@ -132,7 +132,7 @@ impl Rule {
                 l.namespace
                     .as_ref()
                     .map(|ns| ns.value.trim())
-                    .filter(|ns| !ns.is_empty() && *ns != "*" && !ns.contains("{{") && !ns.contains("{%"))
+                    .filter(|ns| !ns.is_empty() && *ns != "*" && !crate::engine::template::is_template(ns))
             });
         let first = namespaces.next()??;
         namespaces.all(|ns| ns == Some(first)).then(|| first.to_owned())

@@ -244,6 +244,12 @@ fn check_size(name: &str, output: String) -> Result<String, RenderError> {
     Ok(output)
 }
 
+/// Whether a rule's text is a Jinja template rather than a constant (a constant lookup
+/// namespace or schedule is the platform's, a template one is rendered per parent).
+pub fn is_template(text: &str) -> bool {
+    text.contains("{{") || text.contains("{%")
+}
+
 /// Converts any serialisable value into a template value.
 pub fn to_value<T: Serialize>(value: &T) -> Value {
     Value::from(Serde(value))
