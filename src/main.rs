@@ -22,16 +22,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Check { sources } => offline::check(&sources),
+        Command::Check { sources, schemas } => offline::check(&sources, &schemas),
         Command::Render {
             sources,
+            schemas,
             file,
             observed,
             output,
             now,
         } => {
             let now = now.unwrap_or_else(ruleop::runtime::clock::now_rfc3339);
-            offline::render(&sources, &file, observed.as_deref(), output, &now)
+            offline::render(&sources, &schemas, &file, observed.as_deref(), output, &now)
         }
         Command::Schema { kind } => Ok(offline::schema(kind)),
         Command::Reference { page } => Ok(match page {
@@ -40,10 +41,19 @@ fn main() -> ExitCode {
         }),
         Command::Test {
             sources,
+            schemas,
             paths,
             tests_dir,
             junit,
-        } => return ExitCode::from(ruletest::command(&sources, &paths, tests_dir, junit.as_deref())),
+        } => {
+            return ExitCode::from(ruletest::command(
+                &sources,
+                &schemas,
+                &paths,
+                tests_dir,
+                junit.as_deref(),
+            ));
+        }
         Command::Diff {
             sources,
             namespace,
@@ -65,7 +75,7 @@ fn main() -> ExitCode {
             };
             return ExitCode::from(trace::command(&sources, &options));
         }
-        Command::Rbac { sources, crds } => offline::rbac(&sources, &crds),
+        Command::Rbac { sources, schemas } => offline::rbac(&sources, &schemas),
         Command::Run {
             sources,
             namespace,

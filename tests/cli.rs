@@ -71,6 +71,21 @@ fn render_of_a_bad_resource_exits_non_zero_and_prints_no_children() {
     let out = ruleop(&["render", "-f", &file.display().to_string()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stdout).is_empty());
+    let refused = "the parent does not match its CRD (deploy/crds/database.yaml), so the API server would refuse it";
+    assert!(text(&out.stderr).contains(refused), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("spec.version: \"1\\nkind: X\" does not match the pattern"));
+    // Without the CRD (a kind whose schema lets the value through), the engine's own guard holds.
+    let no_crds = dir.path().join("no-crds");
+    std::fs::create_dir(&no_crds).expect("mkdir");
+    let out = ruleop(&[
+        "render",
+        "--crds",
+        &no_crds.display().to_string(),
+        "-f",
+        &file.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).is_empty());
     assert!(text(&out.stderr).contains("database/statefulset.yaml.j2:20: value \"1\\nkind: X\" is not safe"));
 }
 

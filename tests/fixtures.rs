@@ -1,14 +1,14 @@
 //! Fixture-driven snapshot tests of the offline engine: one case per file in tests/inputs.
 //!
 //! A case starts from a copy of the shipped rules/ and templates/ and overlays its sections:
-//! `=== <path>` followed by the file's text (`rules/...`, `templates/...`, `parent.yaml`,
-//! `observed/...`). The output of `check`, then of `render` when the case has a parent, is
+//! `=== <path>` followed by the file's text (`rules/...`, `templates/...`, `deploy/crds/...`,
+//! `parent.yaml`, `observed/...`). The output of `check`, then of `render` when the case has a parent, is
 //! snapshotted; cases under pass/ must succeed and cases under fail/ must fail.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ruleop::cmd::cli::{OutputFormat, Sources};
+use ruleop::cmd::cli::{OutputFormat, SchemaSources, Sources};
 use ruleop::cmd::offline;
 
 const NOW: &str = "2026-11-29T10:00:00Z";
@@ -31,6 +31,7 @@ fn materialise(case: &str) -> tempfile::TempDir {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     copy_tree(&root.join("rules"), &dir.path().join("rules"));
     copy_tree(&root.join("templates"), &dir.path().join("templates"));
+    copy_tree(&root.join("deploy/crds"), &dir.path().join("deploy/crds"));
     let mut current: Option<(PathBuf, String)> = None;
     let flush = |current: &mut Option<(PathBuf, String)>| {
         if let Some((path, text)) = current.take() {
@@ -60,7 +61,8 @@ fn run_case(dir: &Path) -> (bool, String) {
     };
     let mut output = String::new();
     let mut ok = true;
-    match offline::check(&sources) {
+    let schemas = SchemaSources::default();
+    match offline::check(&sources, &schemas) {
         Ok(text) => output.push_str(&format!("check: {text}\n")),
         Err(e) => {
             ok = false;
@@ -71,7 +73,14 @@ fn run_case(dir: &Path) -> (bool, String) {
     if ok && parent.exists() {
         let observed = dir.join("observed");
         let observed = observed.exists().then_some(observed);
-        match offline::render(&sources, &parent, observed.as_deref(), OutputFormat::Yaml, NOW) {
+        match offline::render(
+            &sources,
+            &schemas,
+            &parent,
+            observed.as_deref(),
+            OutputFormat::Yaml,
+            NOW,
+        ) {
             Ok(text) => output.push_str(&text),
             Err(e) => {
                 ok = false;

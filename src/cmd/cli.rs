@@ -33,6 +33,32 @@ pub struct Sources {
     pub templates: PathBuf,
 }
 
+/// Where the schemas of custom resource kinds come from, for the offline commands.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SchemaSources {
+    /// CRD files or directories (walked for *.yaml, *.yml) whose schemas type the parent's reads,
+    /// status writes and custom resource children, and whose defaults apply to a parent before
+    /// it is planned, as the API server does. Repeat the flag or separate paths with commas.
+    /// Default: deploy/crds beside the rules directory, when it exists.
+    #[arg(long = "crds", env = "RULEOP_CRDS", value_delimiter = ',')]
+    pub crds: Vec<PathBuf>,
+}
+
+impl SchemaSources {
+    /// The paths to read: the ones given, or `deploy/crds` beside `rules` when it exists.
+    pub fn paths(&self, rules: &std::path::Path) -> Vec<PathBuf> {
+        if !self.crds.is_empty() {
+            return self.crds.clone();
+        }
+        let beside = rules
+            .parent()
+            .unwrap_or(std::path::Path::new(""))
+            .join("deploy")
+            .join("crds");
+        if beside.is_dir() { vec![beside] } else { Vec::new() }
+    }
+}
+
 /// The subcommands.
 /// Which metric to watch for what (`ruleop run --help`); docs/operations/health-metrics.md has the full table.
 const RUN_METRICS_HELP: &str = "\
@@ -116,12 +142,16 @@ pub enum Command {
     Check {
         #[command(flatten)]
         sources: Sources,
+        #[command(flatten)]
+        schemas: SchemaSources,
     },
     /// Plan one custom resource offline: print its children as multi-document YAML, then the
     /// prune list, action decisions (with reasons) and the status patch as comments.
     Render {
         #[command(flatten)]
         sources: Sources,
+        #[command(flatten)]
+        schemas: SchemaSources,
         /// The parent object (YAML). A missing uid, namespace or generation gets a placeholder.
         #[arg(short = 'f', long = "file", env = "RULEOP_RENDER_FILE")]
         file: PathBuf,
@@ -141,9 +171,9 @@ pub enum Command {
     Rbac {
         #[command(flatten)]
         sources: Sources,
-        /// Directory of CRD manifests, for the plurals of custom kinds.
-        #[arg(long, env = "RULEOP_CRDS", default_value = "deploy/crds")]
-        crds: std::path::PathBuf,
+        /// The CRDs give the plurals of custom kinds.
+        #[command(flatten)]
+        schemas: SchemaSources,
     },
     /// Print the JSON Schema of rule files (for editors; committed as schema/rule.schema.json),
     /// or with `--kind rule-test` of test files (schema/ruletest.schema.json).
@@ -159,6 +189,8 @@ pub enum Command {
     Test {
         #[command(flatten)]
         sources: Sources,
+        #[command(flatten)]
+        schemas: SchemaSources,
         /// Test files, or directories searched recursively for YAML files with RuleTest
         /// documents (default: --tests).
         paths: Vec<PathBuf>,

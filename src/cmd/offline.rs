@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::cmd::cli::{OutputFormat, Sources};
+use crate::cmd::cli::{OutputFormat, SchemaSources, Sources};
 use crate::engine::plan::children::ChildUpdate;
 use crate::engine::plan::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use crate::engine::plan::foreach::ANNOTATION_ITEM_KEY;
@@ -12,6 +12,7 @@ use crate::engine::plan::lookups::{LookupKey, LookupSource};
 use crate::engine::plan::{self, Plan};
 use crate::engine::rules::load::load;
 use crate::engine::rules::{Rule, RuleSet};
+use crate::engine::schema::{self, Catalog};
 use crate::engine::yaml;
 
 /// Placeholder UID for a parent read from a file that has none.
@@ -22,10 +23,26 @@ pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
 #[error("{0}")]
 pub struct CommandError(pub String);
 
+/// Loads the rules and checks them against the schemas `schemas` names: the set, carrying
+/// those schemas, and the warnings (kinds that have none).
+pub fn load_checked(sources: &Sources, schemas: &SchemaSources) -> Result<(RuleSet, Vec<String>), CommandError> {
+    let mut set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
+    let catalog = Catalog::read(&schemas.paths(&sources.rules)).map_err(|d| CommandError(d.to_string()))?;
+    let report = schema::rule_check::check(&set, &catalog, &sources.templates);
+    if !report.errors.is_empty() {
+        return Err(CommandError(
+            crate::engine::diagnostic::Diagnostics(report.errors).to_string(),
+        ));
+    }
+    set.schemas = catalog;
+    Ok((set, report.warnings))
+}
+
 /// `ruleop check`: the summary line on success.
-pub fn check(sources: &Sources) -> Result<String, CommandError> {
-    let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
+pub fn check(sources: &Sources, schemas: &SchemaSources) -> Result<String, CommandError> {
+    let (set, schema_warnings) = load_checked(sources, schemas)?;
     let mut warnings = safe_filter_warnings(&sources.templates);
+    warnings.extend(schema_warnings);
     warnings.extend(crate::engine::rules::lint::warnings(&set));
     let mut report = warnings.join("\n");
     if !report.is_empty() {
@@ -89,18 +106,19 @@ fn find_safe_filter(line: &str) -> Option<usize> {
 /// `ruleop render`: the printed plan.
 pub fn render(
     sources: &Sources,
+    schemas: &SchemaSources,
     file: &Path,
     observed_dir: Option<&Path>,
     output: OutputFormat,
     now: &str,
 ) -> Result<String, CommandError> {
-    let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
+    let (set, _) = load_checked(sources, schemas)?;
     let parent = read_parent(file)?;
     let files = match observed_dir {
         Some(dir) => read_observed(dir)?,
         None => Vec::new(),
     };
-    let planned = plan_offline(&set, parent, files, file, now)?;
+    let planned = plan_offline(&set, parent, files, file, now, Admission::ByCrd)?;
     let plan = planned.result.map_err(|e| {
         CommandError(format!(
             "{}: error: {e}\n  the parent would get Ready=False (reason {}); nothing would be applied",
@@ -117,7 +135,18 @@ pub fn render(
     })
 }
 
-/// A parent planned offline, as `render` and `ruleop test` see it.
+/// What happens to a parent before it is planned offline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// As the API server does when its kind's CRD is known: refused when it breaks the schema,
+    /// then defaulted.
+    ByCrd,
+    /// Nothing: planned as a parent of a kind without a CRD.
+    None,
+}
+
+/// A parent planned offline, as `render` and `ruleop test` see it: its CRD's defaults applied
+/// first, and the custom resource children and status write validated against their schemas.
 #[derive(Debug)]
 pub struct Planned<'a> {
     /// The rule watching the parent's kind.
@@ -139,9 +168,13 @@ pub fn plan_offline<'a>(
     files: Vec<Value>,
     origin: &Path,
     now: &str,
+    admission: Admission,
 ) -> Result<Planned<'a>, CommandError> {
     let notes = fill_placeholders(&mut parent, origin)?;
     let rule = rule_for(set, &parent, origin)?;
+    if admission == Admission::ByCrd {
+        admit(&set.schemas, &mut parent, origin)?;
+    }
     if !rule.selects(&parent) {
         return Err(CommandError(format!(
             "{}: error: rule {:?} does not select this parent: watch.annotationSelector wants {:?}",
@@ -160,13 +193,108 @@ pub fn plan_offline<'a>(
             object
         })
         .collect();
-    let result = plan::plan_with(&set.renderer, rule, &parent, &observed, &looked_up, now);
+    let result = plan::plan_with(&set.renderer, rule, &parent, &observed, &looked_up, now)
+        .and_then(|plan| validate_children(&set.schemas, rule, plan));
+    if let Ok(plan) = &result {
+        validate_status(&set.schemas, rule, plan, origin)?;
+    }
     Ok(Planned {
         rule,
         parent,
         notes,
         result,
     })
+}
+
+/// What the API server does to a parent of a kind whose CRD is known before anything sees it:
+/// refuse it when it breaks the schema, then fill in the defaults.
+fn admit(schemas: &Catalog, parent: &mut Value, origin: &Path) -> Result<(), CommandError> {
+    let text = |key: &str| parent.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let Some(kind) = schemas.kind(&text("apiVersion"), &text("kind")) else {
+        return Ok(());
+    };
+    let violations = schema::validate::validate(&kind.schema, parent, schema::validate::Top::Object, "");
+    if !violations.is_empty() {
+        return Err(CommandError(format!(
+            "{}: error: the parent does not match its CRD ({}), so the API server would refuse it:\n{}",
+            origin.display(),
+            kind.origin,
+            listed(&violations)
+        )));
+    }
+    schema::defaults::apply(&kind.schema, parent);
+    Ok(())
+}
+
+fn listed(violations: &[schema::validate::Violation]) -> String {
+    violations
+        .iter()
+        .map(|v| format!("  {v}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every child of a custom resource kind whose CRD is known, checked against its schema as the
+/// API server would check it: the first that breaks it fails the plan (`InvalidChild`), before
+/// anything is applied.
+fn validate_children(schemas: &Catalog, rule: &Rule, plan: Plan) -> Result<Plan, plan::PlanError> {
+    for child in &plan.children {
+        let Some(kind) = schemas.kind(&child.target.api_version, &child.target.kind) else {
+            continue;
+        };
+        let violations = schema::validate::validate(&kind.schema, &child.object, schema::validate::Top::Object, "");
+        if !violations.is_empty() {
+            let template = rule
+                .spec
+                .children
+                .iter()
+                .find(|c| c.id.value == child.id)
+                .map(|c| c.template.value.clone())
+                .unwrap_or_default();
+            return Err(plan::PlanError::InvalidChild {
+                id: child.id.clone(),
+                template,
+                message: format!(
+                    "does not match the {} CRD ({}), so the API server would refuse it:\n{}",
+                    child.target.kind,
+                    kind.origin,
+                    listed(&violations)
+                ),
+            });
+        }
+    }
+    Ok(plan)
+}
+
+/// The status write checked against the parent's status schema (fields set to null are
+/// removals and not checked).
+fn validate_status(schemas: &Catalog, rule: &Rule, plan: &Plan, origin: &Path) -> Result<(), CommandError> {
+    let watch = &rule.spec.watch;
+    let (Some(kind), Some(patch)) = (
+        schemas.kind(&watch.api_version, &watch.kind),
+        plan.status_patch.as_ref().and_then(|p| p.get("status")),
+    ) else {
+        return Ok(());
+    };
+    let schema::Step::Field(status) = kind.schema.field("status") else {
+        return Ok(());
+    };
+    let mut written = patch.clone();
+    if let Some(map) = written.as_object_mut() {
+        map.retain(|_, value| !value.is_null());
+    }
+    let violations = schema::validate::validate(status, &written, schema::validate::Top::Part, "status");
+    if violations.is_empty() {
+        return Ok(());
+    }
+    Err(CommandError(format!(
+        "{}: error: rule {:?} would write a status that does not match the {} CRD ({}):\n{}",
+        origin.display(),
+        rule.name,
+        watch.kind,
+        kind.origin,
+        listed(&violations)
+    )))
 }
 
 /// Every document of a YAML file, or an error naming the file and the place.
@@ -513,10 +641,11 @@ fn commented(text: &str, prefix: &str) -> String {
 }
 
 /// `ruleop rbac`: the ClusterRole as YAML.
-pub fn rbac(sources: &Sources, crds: &Path) -> Result<String, CommandError> {
+pub fn rbac(sources: &Sources, schemas: &SchemaSources) -> Result<String, CommandError> {
     let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
-    let plurals = crate::engine::rbac::crd_plurals(crds).map_err(|e| CommandError(format!("error: {e}")))?;
-    let role = crate::engine::rbac::cluster_role(&set, &plurals).map_err(|e| CommandError(format!("error: {e}")))?;
+    let catalog = Catalog::read(&schemas.paths(&sources.rules)).map_err(|d| CommandError(d.to_string()))?;
+    let role =
+        crate::engine::rbac::cluster_role(&set, &catalog.plurals()).map_err(|e| CommandError(format!("error: {e}")))?;
     Ok(format!(
         "# Generated by `ruleop rbac` from the rules: the verbs ruleop needs and nothing more.\n{}",
         yaml::to_string(&role)

@@ -9,5 +9,6 @@ pub mod fuzzing;
 pub mod plan;
 pub mod rbac;
 pub mod rules;
+pub mod schema;
 pub mod template;
 pub mod yaml;

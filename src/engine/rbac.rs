@@ -14,41 +14,14 @@
 //! CRD files for custom kinds, so the role is computed offline.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use serde_json::{Value, json};
 
 use crate::engine::plan::builtin;
 use crate::engine::rules::RuleSet;
-use crate::engine::yaml;
 
 /// Name of the generated ClusterRole.
 pub const CLUSTER_ROLE: &str = "ruleop";
-
-/// Custom kinds' plurals read from CRD manifests: (group, kind) -> plural.
-pub fn crd_plurals(dir: &Path) -> Result<BTreeMap<(String, String), String>, String> {
-    let mut plurals = BTreeMap::new();
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
-        .collect();
-    files.sort();
-    for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let docs =
-            yaml::documents(&text).map_err(|e| format!("{}:{}: {}", path.display(), e.line.unwrap_or(0), e.message))?;
-        for doc in docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition") {
-            let text = |p: &str| doc.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
-            plurals.insert(
-                (text("/spec/group"), text("/spec/names/kind")),
-                text("/spec/names/plural"),
-            );
-        }
-    }
-    Ok(plurals)
-}
 
 /// The ClusterRole for `set`, as a JSON value.
 pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) -> Result<Value, String> {

@@ -217,7 +217,12 @@ fn run_case(set: &RuleSet, file: &Path, case: &TestCase) -> Result<Vec<String>, 
     }
     let files: Vec<Value> = case.observed.iter().chain(&case.lookups).cloned().collect();
     let now = case.now.as_deref().unwrap_or(DEFAULT_NOW);
-    let planned = offline::plan_offline(set, parent, files, &origin, now).map_err(|e| e.0)?;
+    let admission = if case.crd_admission {
+        offline::Admission::ByCrd
+    } else {
+        offline::Admission::None
+    };
+    let planned = offline::plan_offline(set, parent, files, &origin, now, admission).map_err(|e| e.0)?;
     Ok(check(&case.expect, &planned.parent, &planned.result))
 }
 
@@ -500,12 +505,13 @@ fn list_or_none(items: &[String]) -> String {
 /// returns the exit code: 0 all passed, 1 any failed, 2 nothing could be run.
 pub fn command(
     sources: &crate::cmd::cli::Sources,
+    schemas: &crate::cmd::cli::SchemaSources,
     paths: &[PathBuf],
     tests_dir: Option<PathBuf>,
     junit: Option<&Path>,
 ) -> u8 {
-    let set = match crate::engine::rules::load::load(&sources.rules, &sources.templates) {
-        Ok(set) => set,
+    let set = match offline::load_checked(sources, schemas) {
+        Ok((set, _)) => set,
         Err(diagnostics) => {
             eprintln!("{diagnostics}\nerror: the rules are invalid; no test was run");
             return 2;

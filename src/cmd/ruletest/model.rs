@@ -75,8 +75,18 @@ pub struct TestCase {
     /// `2026-01-01T00:00:00Z`, so results do not depend on the clock).
     #[serde(default)]
     pub now: Option<String>,
+    /// Whether the parent is first checked against its kind's CRD and defaulted, as the API
+    /// server does (default `true`, when the CRD is known: `--crds`). `false` plans it as if the
+    /// kind had no CRD: for cases that show the engine's own guards, which hold whatever the
+    /// CRD allows.
+    #[serde(default = "yes")]
+    pub crd_admission: bool,
     /// What the plan must say.
     pub expect: Expectations,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What the plan must say. Every part is optional; an empty `expect` only checks that the

@@ -96,7 +96,11 @@ fn load_files(
     }
     check_across_rules(&rules, &mut problems);
     if problems.is_empty() {
-        Ok(RuleSet { rules, renderer })
+        Ok(RuleSet {
+            rules,
+            renderer,
+            schemas: Default::default(),
+        })
     } else {
         Err(Diagnostics(problems))
     }

@@ -234,6 +234,9 @@ pub struct RuleSet {
     pub rules: Vec<Rule>,
     /// Every template and inline string, compiled.
     pub renderer: Renderer,
+    /// The schemas the set was checked against (empty unless a command attached them): offline,
+    /// the parent's CRD defaults apply before planning and custom resource children are validated.
+    pub schemas: crate::engine::schema::Catalog,
 }
 
 impl RuleSet {

@@ -141,6 +141,11 @@ impl Renderer {
             .map_err(|e| CompileError::from_minijinja(&label, &e))
     }
 
+    /// The source of a compiled object template (what schema checks read).
+    pub fn yaml_source(&self, name: &str) -> Option<String> {
+        self.yaml.get_template(name).ok().map(|t| t.source().to_owned())
+    }
+
     /// Whether an object template of that name was compiled.
     pub fn has_yaml_template(&self, name: &str) -> bool {
         self.yaml.get_template(name).is_ok()
