@@ -39,23 +39,23 @@ pub struct SchemaSources {
     /// CRD files or directories (walked for *.yaml, *.yml) whose schemas type the parent's reads,
     /// status writes and custom resource children, and whose defaults apply to a parent before
     /// it is planned, as the API server does. Repeat the flag or separate paths with commas.
-    /// Default: deploy/crds beside the rules directory, when it exists.
+    /// Default: deploy/crds beside the rules directory, or else crds beside it, when one exists.
     #[arg(long = "crds", env = "RULEOP_CRDS", value_delimiter = ',')]
     pub crds: Vec<PathBuf>,
 }
 
 impl SchemaSources {
-    /// The paths to read: the ones given, or `deploy/crds` beside `rules` when it exists.
+    /// The paths to read: the ones given, or `deploy/crds` (else `crds`) beside `rules`.
     pub fn paths(&self, rules: &std::path::Path) -> Vec<PathBuf> {
         if !self.crds.is_empty() {
             return self.crds.clone();
         }
-        let beside = rules
-            .parent()
-            .unwrap_or(std::path::Path::new(""))
-            .join("deploy")
-            .join("crds");
-        if beside.is_dir() { vec![beside] } else { Vec::new() }
+        let beside = rules.parent().unwrap_or(std::path::Path::new(""));
+        [beside.join("deploy").join("crds"), beside.join("crds")]
+            .into_iter()
+            .find(|dir| dir.is_dir())
+            .into_iter()
+            .collect()
     }
 }
 

@@ -56,7 +56,7 @@ pub fn check(set: &RuleSet, catalog: &Catalog, templates: &Path) -> Report {
 /// Where schemas were looked for, for a warning.
 pub fn where_looked(catalog: &Catalog) -> String {
     if catalog.sources.is_empty() {
-        "no --crds given, and no deploy/crds beside the rules".to_owned()
+        "no --crds given, and no deploy/crds or crds beside the rules".to_owned()
     } else {
         let shown: Vec<String> = catalog.sources.iter().map(|p| p.display().to_string()).collect();
         format!("not among the CRDs in {}", shown.join(", "))
