@@ -257,6 +257,71 @@ fn a_rule_for_a_kind_not_served_yet_is_rejected_then_loads_once_its_crd_exists()
 }
 
 #[test]
+fn rules_are_checked_against_the_live_crd_at_reload_and_again_when_the_crd_changes() {
+    let kind = CustomKind::new("reload-schema", "Gadget");
+    let with_size = kind.crd_with_typed_spec(r#"{"size": {"type": "string"}, "color": {"type": "string"}}"#);
+    kind.install_crd(&with_size);
+    let ns = Namespace::new("reload-schema");
+    let (rule_files, template_files) = kind.config_map_rule_files("gadget");
+    let rules = Mount::new(&rule_files);
+    let mut templates_mount = Mount::new(&template_files);
+    let flags = ["--reload-debounce", "100ms", "--reload-interval", "1s"];
+    let operator = Operator::start_with(rules.path(), templates_mount.path(), &ns.0, &flags);
+    wait_until(Duration::from_secs(10), "the rules to load", || {
+        status(&ns.0, "state") == "Loaded"
+    });
+
+    // An edit reading a field the live CRD lacks is rejected with its place and the nearest name.
+    templates_mount.swap(&with_edit(&template_files, "gadget-cm.yaml.j2", |t| {
+        format!("{t}  colour: {{{{ spec.colour | tojson }}}}\n")
+    }));
+    wait_until(Duration::from_secs(10), "the edit to be rejected", || {
+        status(&ns.0, "state") == "Rejected"
+    });
+    let errors = status(&ns.0, "errors");
+    assert!(
+        errors.contains(
+            "gadget-cm.yaml.j2:7:19: error: spec.colour reads `colour`, which the Gadget schema does not have at spec"
+        ),
+        "{errors}"
+    );
+    assert!(errors.contains("did you mean `color`?"), "{errors}");
+    // The last good rules keep running.
+    apply_yaml(&ns.0, &kind.object("g1", r#"{"size": "3"}"#));
+    wait_until(
+        Duration::from_secs(20),
+        "a parent reconciled by the last good rules",
+        || get(&ns.0, "configmap/g1-cm", "{.data.size}") == "3",
+    );
+    templates_mount.swap(&template_files);
+    wait_until(Duration::from_secs(10), "the valid files to load", || {
+        status(&ns.0, "state") == "Loaded"
+    });
+
+    // A CRD change removing a field the rules in force read is found at the next reload tick
+    // (--reload-interval): the rules are reported Rejected, and keep running.
+    kind.install_crd(&kind.crd_with_typed_spec(r#"{"color": {"type": "string"}}"#));
+    let changed = Instant::now();
+    wait_until(Duration::from_secs(15), "the CRD change to be found", || {
+        status(&ns.0, "state") == "Rejected"
+    });
+    eprintln!("CRD changed -> rules reported Rejected in {:?}", changed.elapsed());
+    let errors = status(&ns.0, "errors");
+    assert!(
+        errors.contains("spec.size reads `size`, which the Gadget schema does not have at spec"),
+        "{errors}"
+    );
+    assert!(status(&ns.0, "rulesInForce").contains("gadget"));
+    kind.install_crd(&with_size);
+    wait_until(Duration::from_secs(15), "the restored CRD to match again", || {
+        status(&ns.0, "state") == "Loaded"
+    });
+    assert!(operator.log_text().contains("the rules in force no longer match it"));
+    drop(operator);
+    kind.uninstall();
+}
+
+#[test]
 fn at_start_up_a_rule_whose_crd_is_missing_waits_alone_while_the_other_rules_run() {
     install_crds();
     let kind = CustomKind::new("startup-missing", "Widget");

@@ -10,7 +10,8 @@
 //! get/list/watch (read only), cluster-wide: a lookup's cache is one watch per kind across
 //! namespaces and its default namespace is the parent's (any namespace parents live in), so
 //! per-namespace Roles would need per-namespace caches; which namespaces a lookup may read is
-//! enforced by the plan's namespace guard instead (`plan::lookups`). Events: create/patch. Plurals come from k8s-openapi for built-in kinds and from the
+//! enforced by the plan's namespace guard instead (`plan::lookups`). Events: create/patch. The
+//! CRDs of watched custom kinds: get, by name (the schema check at reload). Plurals come from k8s-openapi for built-in kinds and from the
 //! CRD files for custom kinds, so the role is computed offline.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -83,10 +84,33 @@ pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) ->
             .or_default()
             .push(resource);
     }
-    let rules: Vec<Value> = by_group
+    let mut rules: Vec<Value> = by_group
         .into_iter()
         .map(|((group, verbs), resources)| json!({"apiGroups": [group], "resources": resources, "verbs": verbs}))
         .collect();
+    // The CRDs of watched custom kinds, by name only: `ruleop run` checks the rules against
+    // their schemas at every reload.
+    let mut crd_names: Vec<String> = set
+        .rules
+        .iter()
+        .map(|rule| &rule.spec.watch)
+        .filter(|watch| !crate::engine::rules::is_built_in_api(&watch.api_version))
+        .filter_map(|watch| {
+            let group = watch.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            let plural = crds.get(&(group.to_owned(), watch.kind.clone()))?;
+            Some(format!("{plural}.{group}"))
+        })
+        .collect();
+    crd_names.sort();
+    crd_names.dedup();
+    if !crd_names.is_empty() {
+        rules.push(json!({
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "resourceNames": crd_names,
+            "verbs": ["get"],
+        }));
+    }
     Ok(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",

@@ -110,6 +110,8 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let waiting = kinds.resolve(&client, &set).await;
     set_aside(&mut set, &waiting);
     check_scopes(&mut set, &kinds)?;
+    let (schemas, checked) = check_live_schemas(&client, &set, &kinds, &settings.templates).await;
+    checked.map_err(|d| anyhow::anyhow!("the rules do not match the CRDs the API server serves:\n{d}"))?;
     let status = StatusReporter::new(client.clone(), &settings.status_namespace);
     if let Err(e) = status.check_writable().await {
         if matches!(&e, kube::Error::Api(status) if status.code == 403) {
@@ -191,6 +193,8 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     info!(rules = set.rules.len(), "ruleop running");
     let mut reloader = Reloader {
         fingerprint: loaded_fingerprint,
+        schemas,
+        rejected_by_schemas: None,
         status,
         settings: settings.clone(),
         shared: shared.clone(),
@@ -321,7 +325,49 @@ struct Reloader {
     fingerprint: String,
     /// After such a failure: when to try again and the wait that led there.
     retry: Option<(tokio::time::Instant, Duration)>,
+    /// The CRDs (names and resource versions) the rules in force were last checked against.
+    schemas: String,
+    /// What the last schema check refused: the files (loaded against older CRDs), or the rules
+    /// in force (after a CRD changed under them).
+    rejected_by_schemas: Option<SchemaRejection>,
     status: StatusReporter,
+}
+
+/// What a failed check against the live CRDs refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SchemaRejection {
+    /// An edit of the files: it is loaded again when a CRD changes.
+    Files,
+    /// The rules in force, after a CRD changed: they keep running, reported Rejected.
+    InForce,
+}
+
+/// Checks `set` against the live CRDs of its watched kinds: the CRDs' fingerprint, and every
+/// located problem. CRDs that cannot be read are logged and not held against the rules (the
+/// API server still validates every write).
+async fn check_live_schemas(
+    client: &Client,
+    set: &RuleSet,
+    kinds: &Kinds,
+    templates: &std::path::Path,
+) -> (String, Result<(), crate::engine::diagnostic::Diagnostics>) {
+    let live = match crate::cache::crds::read(client, set, kinds).await {
+        Ok(live) => live,
+        Err(e) => {
+            warn!(error = %e, "cannot read the CRDs of the watched kinds; the rules are not checked against their schemas");
+            return (String::new(), Ok(()));
+        }
+    };
+    let report = crate::engine::schema::rule_check::check(set, &live.catalog, templates);
+    for warning in &report.warnings {
+        warn!(%warning, "a rule is not checked against a schema");
+    }
+    let checked = if report.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::engine::diagnostic::Diagnostics(report.errors))
+    };
+    (live.fingerprint, checked)
 }
 
 impl Reloader {
@@ -333,7 +379,19 @@ impl Reloader {
         let fingerprint = fingerprint(rules, templates);
         if fingerprint == self.fingerprint {
             self.retry = None;
-            return;
+            // The files are as they were: a CRD may have changed under the rules (checked at
+            // every reload tick, --reload-interval).
+            let (set, kinds) = self.shared.snapshot();
+            let (schemas, checked) = check_live_schemas(&self.shared.client, &set, &kinds, templates).await;
+            if schemas == self.schemas {
+                return;
+            }
+            self.schemas = schemas;
+            if self.rejected_by_schemas != Some(SchemaRejection::Files) {
+                self.report_in_force_check(&set, checked).await;
+                return;
+            }
+            // Files refused against the older CRDs are tried again against the new ones.
         }
         let started = std::time::Instant::now();
         let metrics = &self.shared.admin.metrics;
@@ -382,6 +440,24 @@ impl Reloader {
                 .await;
             return;
         }
+        let (schemas, checked) = check_live_schemas(&self.shared.client, &set, &kinds, templates).await;
+        if let Err(diagnostics) = checked {
+            for diagnostic in &diagnostics.0 {
+                error!(%diagnostic, "rule reload rejected: the rules do not match the CRDs; the last good rules keep running");
+            }
+            metrics.reloaded("invalid");
+            self.fingerprint = fingerprint.clone();
+            self.schemas = schemas;
+            self.rejected_by_schemas = Some(SchemaRejection::Files);
+            self.retry = None;
+            let _ = self
+                .status
+                .report(ReloadState::Rejected(diagnostics.to_string()), "", &fingerprint)
+                .await;
+            return;
+        }
+        self.schemas = schemas;
+        self.rejected_by_schemas = None;
         let (set, kinds) = (Arc::new(set), Arc::new(kinds));
         match self.shared.current.write() {
             Ok(mut current) => *current = (set.clone(), kinds.clone()),
@@ -413,6 +489,42 @@ impl Reloader {
             .status
             .report(ReloadState::Loaded, &rule_names(&set), &fingerprint)
             .await;
+    }
+
+    /// After a CRD changed under the rules in force: a failed check reports them Rejected (they
+    /// keep running: there is nothing better to run); a passing one after that reports them
+    /// Loaded again.
+    async fn report_in_force_check(
+        &mut self,
+        set: &RuleSet,
+        checked: Result<(), crate::engine::diagnostic::Diagnostics>,
+    ) {
+        match checked {
+            Err(diagnostics) => {
+                for diagnostic in &diagnostics.0 {
+                    error!(%diagnostic, "a CRD changed and the rules in force no longer match it; they keep running");
+                }
+                self.shared.admin.metrics.reloaded("invalid");
+                self.rejected_by_schemas = Some(SchemaRejection::InForce);
+                let _ = self
+                    .status
+                    .report(
+                        ReloadState::Rejected(diagnostics.to_string()),
+                        &rule_names(set),
+                        &self.fingerprint,
+                    )
+                    .await;
+            }
+            Ok(()) if self.rejected_by_schemas.is_some() => {
+                self.rejected_by_schemas = None;
+                info!("the rules in force match the changed CRDs again");
+                let _ = self
+                    .status
+                    .report(ReloadState::Loaded, &rule_names(set), &self.fingerprint)
+                    .await;
+            }
+            Ok(()) => {}
+        }
     }
 
     /// The other rules run; these wait for their kinds, reported and retried with backoff.

@@ -59,6 +59,15 @@ impl CustomKind {
         ))
     }
 
+    /// The CRD whose spec declares exactly `properties` (JSON of `spec.properties`); status
+    /// keeps any field.
+    pub fn crd_with_typed_spec(&self, properties: &str) -> String {
+        let properties = properties.split_whitespace().collect::<Vec<_>>().join(" ");
+        self.crd_with_schema(&format!(
+            "          type: object\n          properties:\n            spec: {{\"type\": \"object\", \"properties\": {properties}}}\n            status: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n"
+        ))
+    }
+
     fn crd_with_schema(&self, open_api_v3_schema: &str) -> String {
         let (kind, plural, group) = (&self.kind, self.plural(), &self.group);
         let singular = kind.to_lowercase();

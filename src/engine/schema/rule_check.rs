@@ -358,23 +358,29 @@ impl<'a> RuleReads<'a> {
     }
 }
 
-/// The 1-based column of `name` as a whole word on `line` of `text` (0 when not found).
+/// The 1-based column of `name` on `line` of `text`, as a whole word read as an attribute
+/// (after `.`, `[` or a quote) if it is there, else anywhere (0 when not found).
 fn column_of_name(text: &str, line: usize, name: &str) -> u64 {
     let Some(source_line) = text.lines().nth(line.saturating_sub(1)) else {
         return 0;
     };
     let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut words = Vec::new();
     let mut from = 0;
     while let Some(pos) = source_line[from..].find(name) {
         let at = from + pos;
         let before = source_line[..at].chars().next_back();
         let after = source_line[at + name.len()..].chars().next();
         if !before.is_some_and(is_word) && !after.is_some_and(is_word) {
-            return source_line[..at].chars().count() as u64 + 1;
+            words.push((at, before));
         }
         from = at + name.len();
     }
-    0
+    let read = words
+        .iter()
+        .find(|(_, before)| matches!(before, Some('.' | '[' | '"' | '\'')))
+        .or(words.first());
+    read.map_or(0, |(at, _)| source_line[..*at].chars().count() as u64 + 1)
 }
 
 #[cfg(test)]
@@ -386,5 +392,7 @@ mod tests {
         assert_eq!(column_of_name("  x: {{ spec.sizes }} {{ spec.size }}", 1, "size"), 31);
         assert_eq!(column_of_name("a\nb: {{ spec.size }}", 2, "size"), 12);
         assert_eq!(column_of_name("a", 3, "size"), 0);
+        assert_eq!(column_of_name("  colour: {{ spec.colour }}", 1, "colour"), 19);
+        assert_eq!(column_of_name("  colour: {{ x }}", 1, "colour"), 3);
     }
 }
