@@ -35,6 +35,7 @@ fn main() -> ExitCode {
             offline::render(&sources, &schemas, &file, observed.as_deref(), output, &now)
         }
         Command::Schema { kind } => Ok(offline::schema(kind)),
+        Command::Crd { sources } => offline::crd(&sources),
         Command::Reference { page } => Ok(match page {
             ruleop::cmd::cli::ReferencePage::Cli => reference::cli(),
             ruleop::cmd::cli::ReferencePage::Metrics => reference::metrics(),

@@ -167,6 +167,13 @@ pub enum Command {
         #[arg(long, env = "RULEOP_NOW")]
         now: Option<String>,
     },
+    /// Print the CRD of every rule that carries `spec.schema` (group, version and kind from
+    /// `watch`, the status the engine writes, printer columns, short names); `ruleop check`
+    /// fails while the committed copy (in --crds) differs.
+    Crd {
+        #[command(flatten)]
+        sources: Sources,
+    },
     /// Print the minimal ClusterRole the rules need (committed as deploy/rbac/clusterrole.yaml).
     Rbac {
         #[command(flatten)]

@@ -91,6 +91,31 @@ pub struct RuleSpec {
     /// then the children are deleted and the finalizer released.
     #[serde(default)]
     pub finalize: Option<FinalizeSpec>,
+    /// The parent's schema, for a kind this rule defines: `ruleop crd` prints its CRD, `check`
+    /// fails while the committed one differs, and reads and status writes are checked against it.
+    #[serde(default)]
+    pub schema: Option<ParentSchema>,
+}
+
+/// `spec.schema`: the parent's schema in the OpenAPI v3 subset CRDs use, so an existing CRD's
+/// schema can be pasted in and the generated CRD is exactly what was written.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ParentSchema {
+    /// The schema of `spec` (an object schema: `type: object`, `properties`, `required`...).
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub spec: serde_json::Value,
+    /// The schema of the status fields the rule writes (`status.fields`). `conditions`,
+    /// `observedGeneration` and `actions` (when the rule has actions) are added.
+    #[serde(default)]
+    #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
+    pub status: Option<serde_json::Value>,
+    /// The resource name (default: the kind in lowercase with an `s`).
+    #[serde(default)]
+    pub plural: Option<String>,
+    /// Short names for kubectl, e.g. `[db]`.
+    #[serde(default)]
+    pub short_names: Vec<String>,
 }
 
 /// `spec.finalize`: keep reconciling a deleted parent's children until a condition holds.

@@ -22,6 +22,8 @@ pub struct CrdKind {
     pub namespaced: bool,
     /// Where the CRD was read (a file, or `CustomResourceDefinition/<name>` live).
     pub origin: String,
+    /// The CRD object as read.
+    pub crd: Value,
 }
 
 /// Every known custom resource schema.
@@ -131,6 +133,7 @@ impl Catalog {
                         plural: plural.to_owned(),
                         namespaced,
                         origin: origin.to_owned(),
+                        crd: crd.clone(),
                     },
                 );
             }

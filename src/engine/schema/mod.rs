@@ -3,6 +3,7 @@
 //! come from.
 
 pub mod catalog;
+pub mod crd;
 pub mod defaults;
 pub mod reads;
 pub mod rule_check;
