@@ -322,6 +322,31 @@ fn rules_are_checked_against_the_live_crd_at_reload_and_again_when_the_crd_chang
 }
 
 #[test]
+fn the_crd_ruleop_crd_prints_from_spec_schema_is_served_with_its_defaults_and_the_rule_runs_on_it() {
+    let kind = CustomKind::new("reload-generated", "Gizmo");
+    let ns = Namespace::new("reload-generated");
+    let spec_body = "  schema:\n    shortNames: [gz]\n    spec:\n      type: object\n      required: [size]\n      properties:\n        size: {type: string, maxLength: 16}\n        replicas: {type: integer, minimum: 0, default: 1}\n    status:\n      type: object\n      properties:\n        replicas: {type: integer}\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: gizmo/cm.yaml.j2\n  status:\n    fields:\n      replicas: {value: spec.replicas}\n";
+    let (rules, templates) = kind.rule_files(
+        "gizmo",
+        spec_body,
+        &[("gizmo/cm.yaml.j2", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-cm\ndata:\n  replicas: \"{{ spec.replicas }}\"\n")],
+    );
+    let out = ruleop_command(&["crd"], rules.path(), templates.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    kind.install_crd(&text(&out.stdout));
+    let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    // No replicas given: the API server applies the generated CRD's default, the rule reads it.
+    apply_yaml(&ns.0, &kind.object("g1", r#"{"size": "small"}"#));
+    wait_until(Duration::from_secs(20), "the child and the typed status", || {
+        get(&ns.0, "configmap/g1-cm", "{.data.replicas}") == "1"
+            && get(&ns.0, &format!("{}/g1", kind.resource()), "{.status.replicas}") == "1"
+    });
+    let columns = kubectl_ok(&["get", "-n", &ns.0, "gz"]);
+    assert!(columns.starts_with("NAME") && columns.contains("REPLICAS") && columns.contains("READY"), "{columns}");
+    kind.uninstall();
+}
+
+#[test]
 fn at_start_up_a_rule_whose_crd_is_missing_waits_alone_while_the_other_rules_run() {
     install_crds();
     let kind = CustomKind::new("startup-missing", "Widget");
