@@ -76,6 +76,19 @@ fn main() -> ExitCode {
             };
             return ExitCode::from(trace::command(&sources, &options));
         }
+        Command::Status {
+            sources,
+            status_namespace,
+            namespace,
+            output,
+        } => {
+            let options = ruleop::cmd::status::Options {
+                status_namespace,
+                namespace,
+                json: output == ruleop::cmd::cli::StatusOutput::Json,
+            };
+            return ExitCode::from(ruleop::cmd::status::command(&sources, &options));
+        }
         Command::Rbac { sources, schemas } => offline::rbac(&sources, &schemas),
         Command::Run {
             sources,

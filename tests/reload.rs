@@ -342,7 +342,10 @@ fn the_crd_ruleop_crd_prints_from_spec_schema_is_served_with_its_defaults_and_th
             && get(&ns.0, &format!("{}/g1", kind.resource()), "{.status.replicas}") == "1"
     });
     let columns = kubectl_ok(&["get", "-n", &ns.0, "gz"]);
-    assert!(columns.starts_with("NAME") && columns.contains("REPLICAS") && columns.contains("READY"), "{columns}");
+    assert!(
+        columns.starts_with("NAME") && columns.contains("REPLICAS") && columns.contains("READY"),
+        "{columns}"
+    );
     kind.uninstall();
 }
 

@@ -3,7 +3,8 @@
 //! the exit code follows the parent's Ready condition (no kubelet runs here, so a Database's
 //! StatefulSet never becomes ready: 1), a missing parent or an unwatched kind exits 2 naming
 //! what exists; and the audit log shows no persisted write by trace, only dry runs. A forEach of
-//! 50 items is traced within a time budget, folded after 20.
+//! 50 items is traced within a time budget, folded after 20. `ruleop status` names the last
+//! reload and counts a namespace's parents by Ready, naming the failing ones.
 
 mod support;
 
@@ -237,5 +238,58 @@ fn a_for_each_of_fifty_items_is_traced_quickly_folded_after_twenty_with_its_drif
     assert!(
         drifting < Duration::from_secs(3),
         "trace took {drifting:?} (target 300 ms; the bound leaves room for a busy machine)"
+    );
+}
+
+#[test]
+fn status_names_the_last_reload_and_counts_the_parents_by_ready_with_the_failing_ones() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    install_crds();
+    let ns = Namespace::new("status");
+    let _operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    for name in ["a", "b"] {
+        apply_yaml(&ns.0, &database(name, 1, ""));
+    }
+    wait_until(WAIT, "both Databases reconciled", || {
+        ["a", "b"].iter().all(|name| {
+            get(
+                &ns.0,
+                &format!("database/{name}"),
+                "{.status.conditions[?(@.type==\"Ready\")].reason}",
+            ) == "ReplicasNotReady"
+        })
+    });
+    let args = ["status", "--status-namespace", &ns.0, "-n", &ns.0, "-o", "json"];
+    let out = ruleop_command(&args, &root().join("rules"), &templates());
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "not every parent is Ready: {}",
+        text(&out.stderr)
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).expect("status -o json prints JSON");
+    assert_eq!(status["reload"]["state"], "Loaded", "{status:#}");
+    assert_eq!(status["reload"]["rulesInForce"], "cache,database,tenant", "{status:#}");
+    let database = status["rules"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["name"] == "database"))
+        .expect("the database rule");
+    assert_eq!(database["ready"], serde_json::json!({"False": 2}), "{status:#}");
+    let failing: Vec<&str> = database["failing"]
+        .as_array()
+        .expect("failing")
+        .iter()
+        .filter_map(|p| p["reason"].as_str())
+        .collect();
+    assert_eq!(failing, vec!["ReplicasNotReady", "ReplicasNotReady"], "{status:#}");
+    let out = ruleop_command(&args[..5], &root().join("rules"), &templates());
+    let shown = text(&out.stdout);
+    assert!(shown.starts_with("reload: Loaded at "), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "rule database (myorg.io/v1 Database): 2 Ready=False\n  not ready: {}/",
+            ns.0
+        )),
+        "{shown}"
     );
 }

@@ -265,6 +265,23 @@ pub enum Command {
     },
     /// Print a generated reference page as Markdown (committed as docs/reference/cli.md and
     /// docs/reference/metrics.md; `make reference`).
+    /// Show what ruleop is doing, read-only: the last reload (the `ruleop-status` ConfigMap),
+    /// the Leases and who holds them, and per rule its parents by Ready, the ones not Ready the
+    /// longest (with reason and message) and the ones ruleop has not caught up with. Exit 0 when
+    /// the last reload loaded and every parent is Ready, 1 when not, 2 on error.
+    Status {
+        #[command(flatten)]
+        sources: Sources,
+        /// Namespace of the `ruleop-status` ConfigMap and the Leases (ruleop's own namespace).
+        #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
+        status_namespace: String,
+        /// Only count and list parents in this namespace (default: all namespaces).
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = StatusOutput::Text)]
+        output: StatusOutput,
+    },
     #[command(hide = true)]
     Reference {
         /// Which page.
@@ -289,6 +306,15 @@ pub enum TraceOutput {
     Json,
     /// The Trace model as YAML.
     Yaml,
+}
+
+/// How `status` prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusOutput {
+    /// Lines for people.
+    Text,
+    /// The Status model as JSON.
+    Json,
 }
 
 /// Which page `ruleop reference` prints.

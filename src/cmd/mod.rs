@@ -1,5 +1,5 @@
 //! The command line: argument types, the offline commands (`check`, `render`, `test`), the
-//! read-only live ones (`diff`, `trace`, sharing [`live`]), and the generated reference pages
+//! read-only live ones (`diff`, `trace`, `status`, sharing [`live`]), and the generated reference pages
 //! (`reference`).
 
 pub mod cli;
@@ -8,4 +8,5 @@ pub mod live;
 pub mod offline;
 pub mod reference;
 pub mod ruletest;
+pub mod status;
 pub mod trace;

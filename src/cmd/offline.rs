@@ -1,6 +1,6 @@
 //! The offline commands: `check`, `render`, `rbac` and `schema`. No cluster, no client.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
@@ -46,6 +46,7 @@ pub fn check(sources: &Sources, schemas: &SchemaSources) -> Result<String, Comma
     let (set, schema_warnings) = load_checked(sources, schemas)?;
     let mut warnings = safe_filter_warnings(&sources.templates);
     warnings.extend(schema_warnings);
+    check_samples(&set)?;
     warnings.extend(crate::engine::rules::lint::warnings(&set));
     let mut report = warnings.join("\n");
     if !report.is_empty() {
@@ -57,6 +58,54 @@ pub fn check(sources: &Sources, schemas: &SchemaSources) -> Result<String, Comma
         set.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(", ")
     ));
     Ok(report)
+}
+
+/// The time a sample parent is planned at (its output is not shown, only its problems).
+const SAMPLE_NOW: &str = "2026-01-01T00:00:00Z";
+
+/// Plans a sample parent of every rule whose parent CRD is known, built from the schema
+/// (examples, defaults, the least values of required fields), with no observed children: a
+/// custom resource child or a status write that breaks its CRD is an error before any parent
+/// exists. A sample that cannot be planned (a lookup it needs, a template that fails on it) is
+/// passed over: the children it did not reach are checked by `render` and `ruleop test`.
+fn check_samples(set: &RuleSet) -> Result<(), CommandError> {
+    for rule in &set.rules {
+        let watch = &rule.spec.watch;
+        let Some(kind) = set.schemas.kind(&watch.api_version, &watch.kind) else {
+            continue;
+        };
+        let mut parent = schema::sample::of(&kind.schema);
+        let namespace = watch.namespaces.first().map_or("default", String::as_str);
+        let annotations: serde_json::Map<String, Value> = watch
+            .annotation_selector
+            .iter()
+            .map(|(key, value)| (key.clone(), json!(if value.is_empty() { "sample" } else { value })))
+            .collect();
+        parent["apiVersion"] = json!(watch.api_version);
+        parent["kind"] = json!(watch.kind);
+        parent["metadata"] = json!({"name": "sample", "namespace": namespace, "annotations": annotations});
+        let origin = PathBuf::from(format!(
+            "{} (a sample {} from {})",
+            rule.file.display(),
+            watch.kind,
+            kind.origin
+        ));
+        fill_placeholders(&mut parent, &origin)?;
+        schema::defaults::apply(&kind.schema, &mut parent);
+        let looked_up = ObservedLookups(Vec::new());
+        // A sample is a guess: one the rule refuses (a lookup or namespace it names, a `fail`)
+        // says nothing about the rule, so it is not reported.
+        let Ok(plan) = plan::plan_with(&set.renderer, rule, &parent, &[], &looked_up, SAMPLE_NOW) else {
+            continue;
+        };
+        let checked = validate_children(&set.schemas, rule, plan)
+            .map_err(|e| CommandError(e.to_string()))
+            .and_then(|plan| validate_status(&set.schemas, rule, &plan, &origin));
+        if let Err(CommandError(message)) = checked {
+            return Err(CommandError(format!("{}: error: {message}", origin.display())));
+        }
+    }
+    Ok(())
 }
 
 /// Lines warning about `|safe`, which bypasses the injection guard.

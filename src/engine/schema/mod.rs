@@ -7,6 +7,7 @@ pub mod crd;
 pub mod defaults;
 pub mod reads;
 pub mod rule_check;
+pub mod sample;
 pub mod validate;
 
 use std::collections::BTreeMap;
