@@ -79,12 +79,8 @@ pub struct Options {
 /// `ruleop status`; returns the exit code (0 everything Ready and the last reload Loaded, 1 not,
 /// 2 on error).
 pub fn command(sources: &Sources, options: &Options) -> u8 {
-    let set = match crate::engine::rules::load::load(&sources.rules, &sources.templates) {
-        Ok(set) => set,
-        Err(diagnostics) => {
-            eprintln!("{diagnostics}\nerror: the rules are invalid");
-            return 2;
-        }
+    let Some(set) = crate::cmd::live::load_rules(sources, "rules") else {
+        return 2;
     };
     let Some(runtime) = crate::cmd::live::runtime() else {
         return 2;

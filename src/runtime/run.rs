@@ -394,20 +394,13 @@ impl Reloader {
             // Files refused against the older CRDs are tried again against the new ones.
         }
         let started = std::time::Instant::now();
-        let metrics = &self.shared.admin.metrics;
         let mut set = match load(rules, templates) {
             Ok(set) => set,
             Err(diagnostics) => {
                 for diagnostic in &diagnostics.0 {
                     error!(%diagnostic, "rule reload rejected; the last good rules keep running");
                 }
-                metrics.reloaded("invalid");
-                self.fingerprint = fingerprint.clone();
-                self.retry = None;
-                let _ = self
-                    .status
-                    .report(ReloadState::Rejected(diagnostics.to_string()), "", &fingerprint)
-                    .await;
+                self.reject(&fingerprint, diagnostics.to_string()).await;
                 return;
             }
         };
@@ -431,13 +424,7 @@ impl Reloader {
         set_aside(&mut set, &waiting);
         if let Err(e) = check_scopes(&mut set, &kinds) {
             error!(error = %e, "rule reload rejected; the last good rules keep running");
-            metrics.reloaded("invalid");
-            self.fingerprint = fingerprint.clone();
-            self.retry = None;
-            let _ = self
-                .status
-                .report(ReloadState::Rejected(e.to_string()), "", &fingerprint)
-                .await;
+            self.reject(&fingerprint, e.to_string()).await;
             return;
         }
         let (schemas, checked) = check_live_schemas(&self.shared.client, &set, &kinds, templates).await;
@@ -445,15 +432,9 @@ impl Reloader {
             for diagnostic in &diagnostics.0 {
                 error!(%diagnostic, "rule reload rejected: the rules do not match the CRDs; the last good rules keep running");
             }
-            metrics.reloaded("invalid");
-            self.fingerprint = fingerprint.clone();
             self.schemas = schemas;
             self.rejected_by_schemas = Some(SchemaRejection::Files);
-            self.retry = None;
-            let _ = self
-                .status
-                .report(ReloadState::Rejected(diagnostics.to_string()), "", &fingerprint)
-                .await;
+            self.reject(&fingerprint, diagnostics.to_string()).await;
             return;
         }
         self.schemas = schemas;
@@ -489,6 +470,15 @@ impl Reloader {
             .status
             .report(ReloadState::Loaded, &rule_names(&set), &fingerprint)
             .await;
+    }
+
+    /// Files refused for their content: recorded as dealt with (not retried until they change),
+    /// counted, and reported with every error; the last good rules keep running.
+    async fn reject(&mut self, fingerprint: &str, errors: String) {
+        self.shared.admin.metrics.reloaded("invalid");
+        self.fingerprint = fingerprint.to_owned();
+        self.retry = None;
+        let _ = self.status.report(ReloadState::Rejected(errors), "", fingerprint).await;
     }
 
     /// After a CRD changed under the rules in force: a failed check reports them Rejected (they

@@ -116,12 +116,8 @@ pub fn command(
     selector: Option<String>,
     now: Option<String>,
 ) -> u8 {
-    let set = match crate::engine::rules::load::load(&sources.rules, &sources.templates) {
-        Ok(set) => set,
-        Err(diagnostics) => {
-            eprintln!("{diagnostics}\nerror: the proposed rules are invalid");
-            return 2;
-        }
+    let Some(set) = crate::cmd::live::load_rules(&sources, "proposed rules") else {
+        return 2;
     };
     let options = Options {
         namespace,

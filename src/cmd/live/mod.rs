@@ -35,6 +35,18 @@ pub fn runtime() -> Option<tokio::runtime::Runtime> {
     }
 }
 
+/// The rules a read-only command works with, or `None` after printing why they are invalid
+/// (`what` names them: "rules", "proposed rules").
+pub fn load_rules(sources: &crate::cmd::cli::Sources, what: &str) -> Option<RuleSet> {
+    match crate::engine::rules::load::load(&sources.rules, &sources.templates) {
+        Ok(set) => Some(set),
+        Err(diagnostics) => {
+            eprintln!("{diagnostics}\nerror: the {what} are invalid");
+            None
+        }
+    }
+}
+
 /// A client for the cluster of the kubeconfig (or the in-cluster service account), with every
 /// kind of `set` resolved through discovery.
 pub async fn connect(set: &RuleSet) -> anyhow::Result<(Client, Kinds)> {

@@ -57,12 +57,8 @@ pub struct Options {
 
 /// `ruleop trace` as a command; returns the exit code (0 Ready, 1 not Ready, 2 error).
 pub fn command(sources: &Sources, options: &Options) -> u8 {
-    let set = match crate::engine::rules::load::load(&sources.rules, &sources.templates) {
-        Ok(set) => set,
-        Err(diagnostics) => {
-            eprintln!("{diagnostics}\nerror: the rules are invalid");
-            return 2;
-        }
+    let Some(set) = crate::cmd::live::load_rules(sources, "rules") else {
+        return 2;
     };
     let Some(runtime) = crate::cmd::live::runtime() else {
         return 2;
