@@ -183,8 +183,7 @@ impl<'a> RuleReads<'a> {
         } else {
             Source::Text(&located, label)
         };
-        let found = self.unknown_reads(&source, None);
-        self.errors.extend(found);
+        self.check_source(source, None);
     }
 
     fn check_source(&mut self, source: Source<'_>, item: Option<(&Schema, &str)>) {
