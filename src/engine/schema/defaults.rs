@@ -48,7 +48,7 @@ mod tests {
     use super::*;
 
     fn schema() -> Schema {
-        crate::engine::yaml::from_str(
+        Schema::from_yaml(
             "type: object
 properties:
   spec:
@@ -68,7 +68,6 @@ properties:
       note: {type: string, nullable: true, default: none}
 ",
         )
-        .expect("schema")
     }
 
     #[test]

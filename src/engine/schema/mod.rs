@@ -138,6 +138,12 @@ impl Schema {
         }
     }
 
+    /// A schema written as YAML, for tests.
+    #[cfg(test)]
+    pub fn from_yaml(yaml: &str) -> Schema {
+        crate::engine::yaml::from_str(yaml).expect("a schema")
+    }
+
     /// Reading an item (by index) of a value of this schema.
     pub fn item(&self) -> Step<'_> {
         match &self.items {
@@ -184,13 +190,9 @@ pub fn did_you_mean(wanted: &str, known: &[&str]) -> String {
 mod tests {
     use super::*;
 
-    fn schema(yaml: &str) -> Schema {
-        crate::engine::yaml::from_str(yaml).expect("a schema")
-    }
-
     #[test]
     fn fields_lead_to_their_schema_and_unknown_names_list_the_known_ones() {
-        let s = schema("type: object\nproperties: {replicas: {type: integer}, version: {type: string}}");
+        let s = Schema::from_yaml("type: object\nproperties: {replicas: {type: integer}, version: {type: string}}");
         assert_eq!(s.field("replicas"), Step::Field(&s.properties["replicas"]));
         assert_eq!(s.field("replcias"), Step::Unknown(vec!["replicas", "version"]));
     }
@@ -198,16 +200,19 @@ mod tests {
     #[test]
     fn preserved_maps_int_or_string_and_scalars_are_open() {
         assert_eq!(
-            schema("type: object\nx-kubernetes-preserve-unknown-fields: true").field("a"),
+            Schema::from_yaml("type: object\nx-kubernetes-preserve-unknown-fields: true").field("a"),
             Step::Open
         );
-        assert_eq!(schema("x-kubernetes-int-or-string: true").field("a"), Step::Open);
-        assert_eq!(schema("type: string").field("upper"), Step::Open);
         assert_eq!(
-            schema("type: object\nadditionalProperties: true").field("a"),
+            Schema::from_yaml("x-kubernetes-int-or-string: true").field("a"),
             Step::Open
         );
-        let map = schema("type: object\nadditionalProperties: {type: string}");
+        assert_eq!(Schema::from_yaml("type: string").field("upper"), Step::Open);
+        assert_eq!(
+            Schema::from_yaml("type: object\nadditionalProperties: true").field("a"),
+            Step::Open
+        );
+        let map = Schema::from_yaml("type: object\nadditionalProperties: {type: string}");
         assert!(matches!(map.field("any"), Step::Field(s) if s.type_.as_deref() == Some("string")));
     }
 

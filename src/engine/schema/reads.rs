@@ -362,7 +362,7 @@ mod tests {
     }
 
     fn schema() -> Schema {
-        crate::engine::yaml::from_str(
+        Schema::from_yaml(
             "type: object
 properties:
   spec:
@@ -375,7 +375,6 @@ properties:
   status: {type: object, properties: {phase: {type: string}}}
 ",
         )
-        .expect("schema")
     }
 
     fn problem(source: &str) -> Option<String> {

@@ -69,7 +69,7 @@ mod tests {
 
     #[test]
     fn required_fields_get_the_least_value_that_fits_and_optional_ones_are_left_out() {
-        let schema: Schema = crate::engine::yaml::from_str(
+        let schema = Schema::from_yaml(
             "type: object
 required: [version, storage, mode, count, tags]
 properties:
@@ -80,8 +80,7 @@ properties:
   tags: {type: array, minItems: 1, items: {type: string}}
   replicas: {type: integer, default: 1}
 ",
-        )
-        .expect("schema");
+        );
         assert_eq!(
             of(&schema),
             json!({"version": "16", "storage": {"size": "sam"}, "mode": "fast", "count": 2, "tags": ["sample"]})

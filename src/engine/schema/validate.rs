@@ -251,7 +251,7 @@ mod tests {
     use super::*;
 
     fn schema() -> Schema {
-        crate::engine::yaml::from_str(
+        Schema::from_yaml(
             "type: object
 required: [spec]
 properties:
@@ -267,7 +267,6 @@ properties:
       extra: {type: object, x-kubernetes-preserve-unknown-fields: true}
 ",
         )
-        .expect("schema")
     }
 
     fn messages(value: Value) -> Vec<String> {
@@ -290,8 +289,7 @@ properties:
         let mut schema = schema();
         schema.properties.insert(
             "metadata".into(),
-            crate::engine::yaml::from_str("type: object\nproperties: {name: {type: string, maxLength: 3}}")
-                .expect("schema"),
+            Schema::from_yaml("type: object\nproperties: {name: {type: string, maxLength: 3}}"),
         );
         let object = json!({"metadata": {"name": "long", "uid": "u", "labels": {"a": "b"}}, "spec": {"size": "1Gi"}});
         let found: Vec<String> = validate(&schema, &object, Top::Object, "")
@@ -330,8 +328,7 @@ properties:
 
     #[test]
     fn a_part_is_checked_without_implied_fields_and_violations_are_bounded() {
-        let status: Schema =
-            crate::engine::yaml::from_str("type: object\nproperties: {phase: {type: string}}").expect("schema");
+        let status: Schema = Schema::from_yaml("type: object\nproperties: {phase: {type: string}}");
         let found = validate(&status, &json!({"phase": "x", "metadata": 1}), Top::Part, "status");
         assert_eq!(found[0].path, "status.metadata");
         let many: serde_json::Map<String, Value> = (0..50).map(|i| (format!("f{i}"), json!(1))).collect();
