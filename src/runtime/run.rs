@@ -342,32 +342,43 @@ enum SchemaRejection {
     InForce,
 }
 
+/// The live CRDs of `set`'s watched kinds. CRDs that cannot be read are logged and not held
+/// against the rules (the API server still validates every write): an empty catalog.
+async fn read_live_schemas(client: &Client, set: &RuleSet, kinds: &Kinds) -> crate::cache::crds::LiveSchemas {
+    crate::cache::crds::read(client, set, kinds).await.unwrap_or_else(|e| {
+        warn!(error = %e, "cannot read the CRDs of the watched kinds; the rules are not checked against their schemas");
+        crate::cache::crds::LiveSchemas::default()
+    })
+}
+
 /// Checks `set` against the live CRDs of its watched kinds: the CRDs' fingerprint, and every
-/// located problem. CRDs that cannot be read are logged and not held against the rules (the
-/// API server still validates every write).
+/// located problem.
 async fn check_live_schemas(
     client: &Client,
     set: &RuleSet,
     kinds: &Kinds,
     templates: &std::path::Path,
 ) -> (String, Result<(), crate::engine::diagnostic::Diagnostics>) {
-    let live = match crate::cache::crds::read(client, set, kinds).await {
-        Ok(live) => live,
-        Err(e) => {
-            warn!(error = %e, "cannot read the CRDs of the watched kinds; the rules are not checked against their schemas");
-            return (String::new(), Ok(()));
-        }
-    };
+    let live = read_live_schemas(client, set, kinds).await;
+    let checked = check_against(set, &live, templates);
+    (live.fingerprint, checked)
+}
+
+/// `set` against CRDs already read: every located problem (kinds with no schema are logged).
+fn check_against(
+    set: &RuleSet,
+    live: &crate::cache::crds::LiveSchemas,
+    templates: &std::path::Path,
+) -> Result<(), crate::engine::diagnostic::Diagnostics> {
     let report = crate::engine::schema::rule_check::check(set, &live.catalog, templates);
     for warning in &report.warnings {
         warn!(%warning, "a rule is not checked against a schema");
     }
-    let checked = if report.errors.is_empty() {
+    if report.errors.is_empty() {
         Ok(())
     } else {
         Err(crate::engine::diagnostic::Diagnostics(report.errors))
-    };
-    (live.fingerprint, checked)
+    }
 }
 
 impl Reloader {
@@ -382,12 +393,13 @@ impl Reloader {
             // The files are as they were: a CRD may have changed under the rules (checked at
             // every reload tick, --reload-interval).
             let (set, kinds) = self.shared.snapshot();
-            let (schemas, checked) = check_live_schemas(&self.shared.client, &set, &kinds, templates).await;
-            if schemas == self.schemas {
+            let live = read_live_schemas(&self.shared.client, &set, &kinds).await;
+            if live.fingerprint == self.schemas {
                 return;
             }
-            self.schemas = schemas;
+            self.schemas = live.fingerprint.clone();
             if self.rejected_by_schemas != Some(SchemaRejection::Files) {
+                let checked = check_against(&set, &live, templates);
                 self.report_in_force_check(&set, checked).await;
                 return;
             }
