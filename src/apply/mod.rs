@@ -8,9 +8,11 @@ pub mod children;
 pub mod cleanup;
 pub mod client;
 pub mod compare;
+pub mod deliveries;
 pub mod drift_limit;
 pub mod events;
 pub mod reconcile;
+pub mod secrets;
 pub mod skipped;
 pub mod status_write;
 
@@ -303,6 +305,8 @@ pub struct Cluster<'a> {
     pub drift: &'a drift_limit::DriftLimiter,
     /// Addresses `http` actions never reach through a name (`--egress-deny-cidr`, the API server).
     pub egress: &'a [ipnet::IpNet],
+    /// The rule's `http` requests in flight.
+    pub deliveries: &'a std::sync::Arc<deliveries::Deliveries>,
 }
 
 impl Cluster<'_> {

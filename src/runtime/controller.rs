@@ -20,6 +20,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::apply::deliveries::Deliveries;
 use crate::apply::drift_limit::DriftLimiter;
 use crate::apply::reconcile::{apply_plan, report_failure};
 use crate::apply::{ApplyError, Cluster, ParentHandle, WrittenParents, cleanup, events};
@@ -204,6 +205,8 @@ struct RuleContext {
     drift: Arc<DriftLimiter>,
     /// Events published recently, so a repeat becomes a series.
     events: Arc<events::EventLog>,
+    /// The rule's `http` requests in flight.
+    deliveries: Arc<Deliveries>,
     /// Caches of looked-up kinds and who read what.
     lookups: RuleLookups,
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's
@@ -417,6 +420,14 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
             queued.event(key, Trigger::LookupEvent);
         }));
     }
+    // A finished `http` delivery queues its parent, whose reconcile records the outcome.
+    let (delivered, delivered_rx) = mpsc::unbounded();
+    let deliveries = Arc::new(Deliveries::new(delivered));
+    let (queued, resource) = (triggers.clone(), parent_kind.resource.clone());
+    controller = controller.reconcile_on(delivered_rx.map(move |(namespace, name): (String, String)| {
+        queued.event(queue::key(&namespace, &name), Trigger::Delivered);
+        ObjectRef::new_with(&name, resource.clone()).within(&namespace)
+    }));
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
     let (queued, reloaded) = (triggers.clone(), parent_store.clone());
     let reconcile_all_rx = reconcile_all_rx.inspect(move |()| {
@@ -440,6 +451,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         written: memory.written,
         drift: memory.drift,
         events,
+        deliveries,
         lookups,
         parents: parent_store,
         bodies,
@@ -628,6 +640,7 @@ async fn reconcile_parent(
         drift: &ctx.drift,
         events: &ctx.events,
         egress: &ctx.shared.egress_deny,
+        deliveries: &ctx.deliveries,
     };
     let observed: Vec<Value> = if parent.meta().deletion_timestamp.is_some() {
         // The finalizer is removed on what this says: read it fresh, not from a lagging cache.
