@@ -113,12 +113,12 @@ async fn apply_plan_steps(
         let finish = (i + 1 == runs.len() && first_error.is_none()).then_some(&plan.status);
         let result = actions::run(cluster, handle, parent, spec, decision, finish, now).await;
         cluster
-            .admin
+            .observability
             .metrics
             .action_ran(&rule.name, &decision.id, result.is_ok());
         if matches!(result, Ok(actions::Acted::Now)) && decision.skipped_slots > 0 {
             cluster
-                .admin
+                .observability
                 .metrics
                 .slots_skipped(&rule.name, &decision.id, decision.skipped_slots);
         }
@@ -187,7 +187,7 @@ fn hold_drift_repairs(
         drift_limit::Decision::Wait { wait, report } => {
             debug!(parent = %handle.name, ?wait, "drift repair deferred: the parent's budget is spent");
             cluster
-                .admin
+                .observability
                 .metrics
                 .drift_repair_deferred(plan.children[first].target.kind.as_str());
             if report {

@@ -35,7 +35,7 @@ use crate::engine::plan::ownership;
 use crate::engine::plan::scope::ANNOTATION_PARENT;
 use crate::engine::plan::{self, PlanError};
 use crate::engine::rules::{Rule, RuleSet};
-use crate::ops::admin::AdminState;
+use crate::ops::Observability;
 use crate::ops::metrics::{Outcome, Sampled};
 use crate::runtime::clock::now_rfc3339;
 use crate::runtime::housekeeping::{FailureCounts, Housekeeping, ParentMemory};
@@ -59,7 +59,7 @@ pub struct Shared {
     /// The current rule set and the kinds it resolved to; swapped whole on reload.
     pub current: RwLock<(Arc<RuleSet>, Arc<Kinds>)>,
     /// Counters and readiness.
-    pub admin: Arc<AdminState>,
+    pub observability: Arc<Observability>,
     /// Publishes Events.
     pub recorder: Recorder,
     /// Resync period for rules without `resync`.
@@ -126,7 +126,7 @@ impl Shared {
         parents: bool,
     ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
         let resource = &served.resource;
-        let token = self.admin.health.register_watch(format!(
+        let token = self.observability.health.register_watch(format!(
             "rule {:?}: watch of {} ({})",
             rule.name, resource.kind, resource.api_version
         ));
@@ -140,8 +140,8 @@ impl Shared {
             move |metadata, why| {
                 let Some(shared) = shared.upgrade() else { return };
                 match why {
-                    Skipped::Undecodable(_) => shared.admin.metrics.undecodable(&served_kind.resource.kind),
-                    Skipped::TooLarge { .. } => shared.admin.metrics.too_large(&served_kind.resource.kind),
+                    Skipped::Undecodable(_) => shared.observability.metrics.undecodable(&served_kind.resource.kind),
+                    Skipped::TooLarge { .. } => shared.observability.metrics.too_large(&served_kind.resource.kind),
                 }
                 // Another replica's parent (`--shards`) is marked there.
                 let held = shared.writers.of(metadata.uid.as_deref().unwrap_or_default()).held();
@@ -155,7 +155,7 @@ impl Shared {
                             &metadata,
                             &why,
                             now,
-                            &shared.admin,
+                            &shared.observability,
                         )
                         .await;
                     });
@@ -304,7 +304,7 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
     let parent_writer = Writer::new(parent_kind.resource.clone());
     let parent_store = parent_writer.as_reader();
     let memory = ParentMemory::default();
-    let mut housekeeping = Housekeeping::new(memory.clone(), shared.admin.clone(), rule.name.clone());
+    let mut housekeeping = Housekeeping::new(memory.clone(), shared.observability.clone(), rule.name.clone());
     let triggers = Arc::new(Triggers::default());
     let (gone, queued) = (triggers.clone(), triggers.clone());
     let bodies = Arc::new(ParentIndex::default());
@@ -446,11 +446,11 @@ pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningC
         triggers,
         workers: workers.clone(),
     });
-    context.shared.admin.metrics.rule_started(&rule.name);
+    context.shared.observability.metrics.rule_started(&rule.name);
     let sampled: Arc<dyn Sampled> = context.clone();
     context
         .shared
-        .admin
+        .observability
         .metrics
         .sample(&rule.name, Arc::downgrade(&sampled));
     let name = rule.name.clone();
@@ -497,7 +497,10 @@ fn reconcile(
     let trigger = ctx.triggers.started(&parent_key(&parent));
     // Another replica's parent (`--shards`) is not reconciled here, so not counted either.
     if ctx.shared.writers.of(&parent.uid().unwrap_or_default()).held() {
-        ctx.shared.admin.metrics.triggered(&ctx.rule_name, trigger.as_str());
+        ctx.shared
+            .observability
+            .metrics
+            .triggered(&ctx.rule_name, trigger.as_str());
     }
     async move {
         let namespace = parent.namespace().unwrap_or_default();
@@ -554,14 +557,14 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
         return Ok(Action::await_change());
     }
     let started = std::time::Instant::now();
-    let _in_flight = ctx.shared.admin.health.reconcile_started(format!(
+    let _in_flight = ctx.shared.observability.health.reconcile_started(format!(
         "rule {:?} parent {namespace}/{}",
         rule.name,
         parent.name_any()
     ));
-    let _worker = ctx.shared.admin.metrics.reconcile_started(&rule.name);
+    let _worker = ctx.shared.observability.metrics.reconcile_started(&rule.name);
     if ctx.shared.writers.is_sharded() {
-        ctx.shared.admin.metrics.shard_reconciled(writer.index());
+        ctx.shared.observability.metrics.shard_reconciled(writer.index());
     }
     let result = reconcile_parent(&ctx, writer, &set, rule, &kinds, &parent, &namespace).await;
     debug!(parent = %parent.name_any(), elapsed = ?started.elapsed(), ok = result.is_ok(), "reconciled");
@@ -583,7 +586,7 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
         }
     };
     ctx.shared
-        .admin
+        .observability
         .metrics
         .reconciled(&rule.name, outcome, started.elapsed());
     result
@@ -623,7 +626,7 @@ async fn reconcile_parent(
         client: &writer.client,
         kinds,
         recorder: &writer.recorder,
-        admin: &ctx.shared.admin,
+        observability: &ctx.shared.observability,
         written: &ctx.written,
         drift: &ctx.drift,
         events: &ctx.events,
@@ -662,7 +665,7 @@ async fn reconcile_parent(
         }
     };
     if plan.paused {
-        ctx.shared.admin.metrics.paused(&rule.name);
+        ctx.shared.observability.metrics.paused(&rule.name);
     }
     for problem in &plan.status_problems {
         warn!(parent = %handle.name, problem = %bounded(problem, MESSAGE_LIMIT), "status expression failed");
@@ -753,7 +756,7 @@ fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Rul
         written: ctx.written.clone(),
         drift: ctx.drift.clone(),
     }
-    .publish(&ctx.shared.admin, &ctx.rule_name);
+    .publish(&ctx.shared.observability, &ctx.rule_name);
     let delay = Duration::from_millis(500)
         .saturating_mul(2u32.saturating_pow(failures.min(16)))
         .min(MAX_BACKOFF);
