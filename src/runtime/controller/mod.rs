@@ -1,6 +1,6 @@
 //! One kube-runtime Controller per rule: watch the parent kind, own the child kinds, and
 //! reconcile each parent from the caches (never from an event payload): plan, then apply.
-//! [`streams`] wires the watches into the Controller, [`reconcile`] runs one parent, [`policy`]
+//! `streams` wires the watches into the Controller, `reconcile` runs one parent, `policy`
 //! decides when a parent runs again; what they share is here.
 
 mod policy;

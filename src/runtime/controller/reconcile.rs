@@ -24,7 +24,7 @@ use crate::ops::metrics::Outcome;
 use crate::runtime::clock::now_rfc3339;
 use crate::runtime::queue::Trigger;
 
-use super::policy::jittered;
+use super::policy::{after_success, jittered, requeue};
 use super::{ReconcileError, RuleContext, parent_key};
 
 /// Longest a reconcile waits for its rule's caches to sync before it is retried later.
@@ -224,25 +224,15 @@ async fn reconcile_parent(
                 failures.remove(&uid);
             }
             let resync = jittered(rule.resync.unwrap_or(ctx.shared.default_resync), &uid);
-            let mut next = if actions_ran { Duration::from_secs(1) } else { resync };
             // Drift left uncorrected by the rate limit is corrected when the budget allows.
-            if let Some(wait) = ctx.drift.wait(&uid, std::time::Instant::now()) {
-                next = next.min(wait);
-            }
-            let after = retry.map_or(next, |retry| retry.min(next));
-            let trigger = if after == resync {
-                Trigger::Resync
-            } else {
-                Trigger::Requeue
-            };
-            ctx.triggers.schedule(parent_key(parent), after, trigger);
-            Ok(Action::requeue(after))
+            let drift_wait = ctx.drift.wait(&uid, std::time::Instant::now());
+            let (after, trigger) = after_success(resync, actions_ran, drift_wait, retry);
+            Ok(requeue(ctx, parent, after, trigger))
         }
         Err(e @ ApplyError::Immutable { .. }) => {
             report_failure(&cluster, &handle, rule, &parent_json, e.reason(), &e.to_string(), &now).await;
             let resync = rule.resync.unwrap_or(ctx.shared.default_resync);
-            ctx.triggers.schedule(parent_key(parent), resync, Trigger::Resync);
-            Ok(Action::requeue(resync))
+            Ok(requeue(ctx, parent, resync, Trigger::Resync))
         }
         // The action layer already recorded these in status (and an Event); Ready is about children.
         Err(e @ (ApplyError::Action { .. } | ApplyError::EgressDenied { .. } | ApplyError::Conflict(_))) => {
@@ -285,5 +275,21 @@ fn set_type(json: &mut Value, resource: &kube::discovery::ApiResource) {
     if let Some(map) = json.as_object_mut() {
         map.insert("apiVersion".to_owned(), Value::from(resource.api_version.clone()));
         map.insert("kind".to_owned(), Value::from(resource.kind.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::{ApiResource, GroupVersionKind};
+
+    #[test]
+    fn a_listed_child_gets_the_type_fields_a_list_leaves_out() {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        let mut child = serde_json::json!({"metadata": {"name": "web"}});
+        set_type(&mut child, &resource);
+        assert_eq!(child["apiVersion"], "apps/v1");
+        assert_eq!(child["kind"], "Deployment");
+        assert_eq!(child["metadata"]["name"], "web");
     }
 }

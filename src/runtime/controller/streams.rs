@@ -384,3 +384,57 @@ fn parent_of(child: &DynamicObject, parent: &kube::discovery::ApiResource) -> Op
     }
     Some(reference)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::GroupVersionKind;
+
+    fn database() -> ApiResource {
+        ApiResource::from_gvk(&GroupVersionKind::gvk("example.com", "v1", "Database"))
+    }
+
+    fn child(json: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json).expect("a child")
+    }
+
+    #[test]
+    fn a_label_owned_child_names_its_parent_in_an_annotation() {
+        let child = child(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "tenant-a", "annotations": {ANNOTATION_PARENT: "team/db-1"}},
+        }));
+        let parent = parent_of(&child, &database()).expect("a parent");
+        assert_eq!(
+            (parent.namespace.as_deref(), parent.name.as_str()),
+            (Some("team"), "db-1")
+        );
+    }
+
+    #[test]
+    fn an_owned_child_names_its_parent_in_a_controller_reference_of_the_parents_kind() {
+        let reference = |kind: &str, name: &str, controller: bool| serde_json::json!({"apiVersion": "example.com/v1", "kind": kind, "name": name, "uid": "u", "controller": controller});
+        let child = child(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db-1-creds", "namespace": "team", "ownerReferences": [
+                reference("Database", "not-the-controller", false),
+                reference("Cache", "other-kind", true),
+                reference("Database", "db-1", true),
+            ]},
+        }));
+        let parent = parent_of(&child, &database()).expect("a parent");
+        assert_eq!(
+            (parent.namespace.as_deref(), parent.name.as_str()),
+            (Some("team"), "db-1")
+        );
+    }
+
+    #[test]
+    fn a_child_with_neither_annotation_nor_controller_reference_has_no_parent() {
+        let child = child(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "stray", "namespace": "team", "annotations": {ANNOTATION_PARENT: "no-slash"}},
+        }));
+        assert!(parent_of(&child, &database()).is_none());
+    }
+}
