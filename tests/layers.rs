@@ -75,3 +75,28 @@ fn the_engine_names_no_client_runtime_or_watcher_crate() {
     }
     assert!(found.is_empty(), "the engine names I/O crates:\n{}", found.join("\n"));
 }
+
+#[test]
+fn only_the_run_loop_names_the_admin_server_and_everyone_else_reports_through_observability() {
+    let mut files = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    let mut found = Vec::new();
+    for (file, text) in &files {
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let path = file.replace('\\', "/");
+        if path.ends_with("src/ops/admin.rs")
+            || path.ends_with("src/ops/mod.rs")
+            || path.ends_with("src/runtime/run.rs")
+        {
+            continue;
+        }
+        if code.contains("ops::admin") {
+            found.push(file.clone());
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "modules that name the admin server (use ops::Observability):\n{}",
+        found.join("\n")
+    );
+}

@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::cache::discovery::{Kinds, ServedKind};
 use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::engine::plan::children::ObjectRef;
-use crate::ops::admin::AdminState;
+use crate::ops::Observability;
 
 /// The field manager of every apply.
 pub const FIELD_MANAGER: &str = "ruleop";
@@ -298,7 +298,7 @@ pub struct Cluster<'a> {
     /// Publishes every other Event, folding repeats into series.
     pub events: &'a std::sync::Arc<events::EventLog>,
     /// Counters.
-    pub admin: &'a AdminState,
+    pub observability: &'a Observability,
     /// Parents as our own status writes left them.
     pub written: &'a WrittenParents,
     /// Drift-repair budgets per parent.
@@ -329,7 +329,7 @@ impl Cluster<'_> {
 
     /// Counts one write request.
     pub fn count_write(&self, verb: &str, kind: &str) {
-        self.admin.metrics.api_write(verb, kind);
+        self.observability.metrics.api_write(verb, kind);
     }
 
     /// Server-side applies `spec.parentMetadata`'s labels and annotations onto the parent.

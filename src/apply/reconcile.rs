@@ -121,12 +121,12 @@ async fn apply_plan_steps(
         recorded = true;
         status_written |= finish.is_some() && result.is_ok();
         cluster
-            .admin
+            .observability
             .metrics
             .action_ran(&rule.name, &decision.id, result.is_ok());
         if matches!(result, Ok(actions::Acted::Now)) && decision.skipped_slots > 0 {
             cluster
-                .admin
+                .observability
                 .metrics
                 .slots_skipped(&rule.name, &decision.id, decision.skipped_slots);
         }
@@ -193,7 +193,7 @@ fn hold_drift_repairs(
         drift_limit::Decision::Wait { wait, report } => {
             debug!(parent = %handle.name, ?wait, "drift repair deferred: the parent's budget is spent");
             cluster
-                .admin
+                .observability
                 .metrics
                 .drift_repair_deferred(plan.children[first].target.kind.as_str());
             if report {

@@ -9,7 +9,7 @@ use tracing::warn;
 
 use crate::cache::discovery::ServedKind;
 use crate::cache::watch::Skipped;
-use crate::ops::admin::AdminState;
+use crate::ops::Observability;
 
 /// Merge-patches the parent's status to `Ready=False` (`why`), stamped `now`. A parent ruleop
 /// does not cache is not reconciled, so nothing else writes its conditions meanwhile.
@@ -19,7 +19,7 @@ pub async fn mark_parent(
     metadata: &ObjectMeta,
     why: &Skipped,
     now: String,
-    admin: &AdminState,
+    observability: &Observability,
 ) {
     let (Some(name), namespace) = (metadata.name.as_deref(), metadata.namespace.as_deref()) else {
         return;
@@ -36,7 +36,7 @@ pub async fn mark_parent(
         "lastTransitionTime": now,
         "observedGeneration": metadata.generation,
     }]}});
-    admin
+    observability
         .metrics
         .api_write("PATCH", &format!("{}/status", parent.resource.kind));
     if let Err(e) = api

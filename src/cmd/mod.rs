@@ -4,9 +4,12 @@
 
 pub mod cli;
 pub mod diff;
+mod dispatch;
 pub mod live;
 pub mod offline;
 pub mod reference;
 pub mod ruletest;
 pub mod status;
 pub mod trace;
+
+pub use dispatch::main;

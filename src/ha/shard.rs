@@ -33,7 +33,7 @@ use tower::{BoxError, Layer};
 use tracing::{debug, info, warn};
 
 use crate::ha::leader::{Decision, Election, Elector, Fence, FenceLayer, Timing};
-use crate::ops::admin::AdminState;
+use crate::ops::Observability;
 
 /// Label on every Lease of a sharded group: the `--lease-name` prefix (a LIST selects them).
 pub const LABEL_GROUP: &str = "ruleop.io/lease-group";
@@ -282,7 +282,12 @@ impl Sharding {
 
 /// Starts taking and renewing shards of `election` (whose `name` prefixes the leases) with the
 /// unfenced `client`; `writers` are opened and closed as shards come and go.
-pub fn start(client: Client, election: &Election, writers: Arc<Writers>, admin: Arc<AdminState>) -> Sharding {
+pub fn start(
+    client: Client,
+    election: &Election,
+    writers: Arc<Writers>,
+    observability: Arc<Observability>,
+) -> Sharding {
     let shards = writers.count();
     let elector = |name: &str, role: &str| {
         Elector::new(
@@ -303,7 +308,7 @@ pub fn start(client: Client, election: &Election, writers: Arc<Writers>, admin: 
         timing: election.timing,
         start: shard_of(&election.identity, shards),
         writers,
-        admin,
+        observability,
         shard_electors,
         membership: Membership {
             client,
@@ -364,7 +369,7 @@ struct Manager {
     /// Where this replica begins looking for shards.
     start: u32,
     writers: Arc<Writers>,
-    admin: Arc<AdminState>,
+    observability: Arc<Observability>,
     shard_electors: Vec<Elector>,
     membership: Membership,
     /// Shards given up last round: fenced at once, their leases released one round later, so
@@ -473,8 +478,8 @@ impl Manager {
 
     fn publish(&self) {
         let held = self.writers.held();
-        self.admin.metrics.set_shards(self.writers.count(), &held);
-        self.admin.metrics.set_leader(!held.is_empty());
+        self.observability.metrics.set_shards(self.writers.count(), &held);
+        self.observability.metrics.set_leader(!held.is_empty());
     }
 
     /// Closes every fence, then releases the held shards and the member slot.

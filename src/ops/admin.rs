@@ -23,8 +23,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpStream;
 use tracing::{error, warn};
 
-use crate::ops::health::Health;
-use crate::ops::metrics::Metrics;
+use crate::ops::Observability;
 
 /// A client must send its request headers within this time.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -35,18 +34,9 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// Longest pause after repeated accept errors.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
-/// What the admin endpoints report.
-#[derive(Debug, Default)]
-pub struct AdminState {
-    /// Counters for `/metrics`.
-    pub metrics: Metrics,
-    /// Liveness and readiness.
-    pub health: Arc<Health>,
-}
-
 /// Binds the admin address and serves it from a thread of its own for the life of the process.
 /// Returns the bound address.
-pub async fn serve(addr: SocketAddr, state: Arc<AdminState>) -> std::io::Result<SocketAddr> {
+pub async fn serve(addr: SocketAddr, state: Arc<Observability>) -> std::io::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
@@ -93,7 +83,7 @@ pub async fn serve(addr: SocketAddr, state: Arc<AdminState>) -> std::io::Result<
 }
 
 /// The routes.
-pub fn router(state: Arc<AdminState>) -> Router {
+pub fn router(state: Arc<Observability>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -101,7 +91,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .with_state(state)
 }
 
-async fn metrics(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
+async fn metrics(State(state): State<Arc<Observability>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, crate::ops::metrics::CONTENT_TYPE)],
         state.metrics.render(),
@@ -115,11 +105,11 @@ fn verdict(result: Result<(), String>) -> (StatusCode, String) {
     }
 }
 
-async fn healthz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
+async fn healthz(State(state): State<Arc<Observability>>) -> impl IntoResponse {
     verdict(state.health.liveness())
 }
 
-async fn readyz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
+async fn readyz(State(state): State<Arc<Observability>>) -> impl IntoResponse {
     verdict(state.health.readiness())
 }
 
@@ -170,7 +160,7 @@ mod tests {
     async fn a_client_that_sends_nothing_is_cut_off_and_others_are_answered() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let addr = "127.0.0.1:0".parse().expect("address");
-        let bound = serve(addr, Arc::new(AdminState::default())).await.expect("bind");
+        let bound = serve(addr, Arc::new(Observability::default())).await.expect("bind");
         let started = std::time::Instant::now();
         let mut silent = TcpStream::connect(bound).await.expect("connect");
 
@@ -195,7 +185,7 @@ mod tests {
     async fn connections_beyond_the_limit_are_closed_at_once_and_served_again_once_others_end() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let addr = "127.0.0.1:0".parse().expect("address");
-        let bound = serve(addr, Arc::new(AdminState::default())).await.expect("bind");
+        let bound = serve(addr, Arc::new(Observability::default())).await.expect("bind");
         let ask = || async move {
             let mut client = TcpStream::connect(bound).await.expect("connect");
             // A closed connection may refuse the write; the answer tells.

@@ -3,4 +3,7 @@
 pub mod admin;
 pub mod health;
 pub mod metrics;
+pub mod observability;
 pub mod telemetry;
+
+pub use observability::Observability;

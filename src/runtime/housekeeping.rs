@@ -12,7 +12,7 @@ use kube::runtime::watcher::Event;
 
 use crate::apply::WrittenParents;
 use crate::apply::drift_limit::DriftLimiter;
-use crate::ops::admin::AdminState;
+use crate::ops::Observability;
 
 /// Failed reconciles in a row, by parent UID (the backoff exponent).
 pub type FailureCounts = Mutex<HashMap<String, u32>>;
@@ -58,25 +58,25 @@ impl ParentMemory {
     }
 
     /// Publishes [`ParentMemory::len`] as `ruleop_parents_remembered{rule}`.
-    pub fn publish(&self, admin: &AdminState, rule: &str) {
-        admin.metrics.parents_remembered(rule, self.len());
+    pub fn publish(&self, observability: &Observability, rule: &str) {
+        observability.metrics.parents_remembered(rule, self.len());
     }
 }
 
 /// Follows a parent watch stream and forgets parents that are gone.
 pub struct Housekeeping {
     memory: ParentMemory,
-    admin: Arc<AdminState>,
+    observability: Arc<Observability>,
     rule: String,
     relist: Option<HashSet<String>>,
 }
 
 impl Housekeeping {
     /// Housekeeping of `memory` for rule `rule`.
-    pub fn new(memory: ParentMemory, admin: Arc<AdminState>, rule: String) -> Self {
+    pub fn new(memory: ParentMemory, observability: Arc<Observability>, rule: String) -> Self {
         Housekeeping {
             memory,
-            admin,
+            observability,
             rule,
             relist: None,
         }
@@ -106,7 +106,7 @@ impl Housekeeping {
                 self.memory.drift.forget_settled(Instant::now());
             }
         }
-        self.memory.publish(&self.admin, &self.rule);
+        self.memory.publish(&self.observability, &self.rule);
     }
 }
 
@@ -131,8 +131,8 @@ mod tests {
     #[test]
     fn a_deleted_parent_and_parents_missing_from_a_relist_are_forgotten() {
         let memory = ParentMemory::default();
-        let admin = Arc::new(AdminState::default());
-        let mut housekeeping = Housekeeping::new(memory.clone(), admin.clone(), "db".to_owned());
+        let observability = Arc::new(Observability::default());
+        let mut housekeeping = Housekeeping::new(memory.clone(), observability.clone(), "db".to_owned());
         for uid in ["a", "b", "c"] {
             remember(&memory, uid);
         }
@@ -140,7 +140,7 @@ mod tests {
         housekeeping.observe(&Event::Delete(parent("a")));
         assert_eq!(memory.len(), 4);
         assert!(
-            admin
+            observability
                 .metrics
                 .render()
                 .contains("ruleop_parents_remembered{rule=\"db\"} 4\n")

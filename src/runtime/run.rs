@@ -19,7 +19,8 @@ use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::load;
 use crate::ha::leader::{self, Election, Elector, Fence, Leadership};
 use crate::ha::shard::{self, Writers};
-use crate::ops::admin::{self, AdminState};
+use crate::ops::Observability;
+use crate::ops::admin;
 use crate::ops::health::Health;
 use crate::runtime::controller::Shared;
 use crate::runtime::reload::{DirWatcher, fingerprint};
@@ -125,19 +126,19 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         }
         warn!(error = %e, "cannot check that the {STATUS_CONFIGMAP} ConfigMap is writable");
     }
-    let admin = Arc::new(AdminState::default());
-    admin
+    let observability = Arc::new(Observability::default());
+    observability
         .health
         .set_waiting(waiting.iter().map(ToString::to_string).collect());
-    Health::spawn_heartbeat(admin.health.clone());
-    let bound = admin::serve(settings.admin_addr, admin.clone())
+    Health::spawn_heartbeat(observability.health.clone());
+    let bound = admin::serve(settings.admin_addr, observability.clone())
         .await
         .context("binding the admin address")?;
     info!(%bound, "admin endpoints listening (/metrics, /healthz, /readyz)");
     tokio::pin!(shutdown);
     let mut leadership = None;
     // Without leader election this replica is the only writer.
-    admin.metrics.set_leader(settings.election.is_none());
+    observability.metrics.set_leader(settings.election.is_none());
     let reporter = Reporter {
         controller: "ruleop".to_owned(),
         instance: std::env::var("POD_NAME").ok(),
@@ -148,15 +149,15 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let (writers, sharding) = match &sharded {
         Some(election) => {
             let writers = Arc::new(Writers::sharded(&client, election.shards, &reporter));
-            let sharding = shard::start(lease_client.clone(), election, writers.clone(), admin.clone());
+            let sharding = shard::start(lease_client.clone(), election, writers.clone(), observability.clone());
             (writers, Some(sharding))
         }
         None => (Arc::new(Writers::single(client.clone(), recorder.clone())), None),
     };
     if let Some(election) = settings.election.as_ref().filter(|_| sharded.is_none()) {
         // A standby is ready: it serves nothing, but must not fail its probes while it waits.
-        admin.health.set_started(true);
-        admin.metrics.set_leader(false);
+        observability.health.set_started(true);
+        observability.metrics.set_leader(false);
         let elector = Elector::new(
             lease_client,
             &election.namespace,
@@ -164,7 +165,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
             &election.identity,
             election.timing,
         );
-        let gauge = admin.clone();
+        let gauge = observability.clone();
         let on_change = move |leading: bool| gauge.metrics.set_leader(leading);
         tokio::select! {
             held = leader::acquire(elector, fence.clone(), on_change) => leadership = Some(held),
@@ -179,7 +180,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
         writers,
         client,
         current: std::sync::RwLock::new((Arc::new(set), Arc::new(kinds))),
-        admin: admin.clone(),
+        observability: observability.clone(),
         default_resync: settings.default_resync,
         namespace: settings.namespace.clone(),
         initial_list: settings.initial_list,
@@ -189,7 +190,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let mut supervisor = Supervisor::new(shared.clone());
     let (set, kinds) = shared.snapshot();
     supervisor.sync(&set, &kinds).await?;
-    admin.health.set_started(true);
+    observability.health.set_started(true);
     info!(rules = set.rules.len(), "ruleop running");
     let mut reloader = Reloader {
         fingerprint: loaded_fingerprint,
@@ -235,7 +236,7 @@ pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
     }
     info!(timeout = ?settings.shutdown_timeout, "shutting down: letting in-flight reconciles finish");
     let (controllers_by, released_by) = shutdown::deadlines(Instant::now(), settings.shutdown_timeout);
-    admin.health.set_started(false);
+    observability.health.set_started(false);
     reloader.supervisor.shutdown_by(controllers_by).await;
     if lost {
         // Exiting makes the replica a fresh standby after its restart, with empty caches.
@@ -467,7 +468,7 @@ impl Reloader {
             return;
         }
         self.shared
-            .admin
+            .observability
             .health
             .set_waiting(waiting.iter().map(ToString::to_string).collect());
         if !waiting.is_empty() {
@@ -476,7 +477,7 @@ impl Reloader {
         }
         self.fingerprint = fingerprint.clone();
         self.retry = None;
-        self.shared.admin.metrics.reloaded("ok");
+        self.shared.observability.metrics.reloaded("ok");
         info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
         let _ = self
             .status
@@ -487,7 +488,7 @@ impl Reloader {
     /// Files refused for their content: recorded as dealt with (not retried until they change),
     /// counted, and reported with every error; the last good rules keep running.
     async fn reject(&mut self, fingerprint: &str, errors: String) {
-        self.shared.admin.metrics.reloaded("invalid");
+        self.shared.observability.metrics.reloaded("invalid");
         self.fingerprint = fingerprint.to_owned();
         self.retry = None;
         let _ = self.status.report(ReloadState::Rejected(errors), "", fingerprint).await;
@@ -506,7 +507,7 @@ impl Reloader {
                 for diagnostic in &diagnostics.0 {
                     error!(%diagnostic, "a CRD changed and the rules in force no longer match it; they keep running");
                 }
-                self.shared.admin.metrics.reloaded("invalid");
+                self.shared.observability.metrics.reloaded("invalid");
                 self.rejected_by_schemas = Some(SchemaRejection::InForce);
                 let _ = self
                     .status
@@ -546,7 +547,7 @@ impl Reloader {
         let delay = self.retry.map_or(RETRY_MIN, |(_, last)| (last * 2).min(RETRY_MAX));
         self.retry = Some((tokio::time::Instant::now() + delay, delay));
         warn!(%error, retry_in = ?delay, "rule reload failed: {what}; the last good rules keep running");
-        self.shared.admin.metrics.reloaded("retrying");
+        self.shared.observability.metrics.reloaded("retrying");
         let errors = format!(
             "{error}\n(retrying with backoff, at least every {}s)",
             RETRY_MAX.as_secs()

@@ -114,9 +114,9 @@ impl Supervisor {
             restart_at: Instant::now() + delay,
         };
         error!(rule = %rule, why = %ended.why, attempt, restart_in = ?delay, "a rule's controller ended; restarting it");
-        let admin = &self.shared.admin;
-        admin.metrics.controller_restarted(&rule);
-        admin.health.set_controller_down(
+        let observability = &self.shared.observability;
+        observability.metrics.controller_restarted(&rule);
+        observability.health.set_controller_down(
             &rule,
             format!(
                 "the controller of rule {rule:?} ended ({}); restarting in {delay:?}",
@@ -155,7 +155,7 @@ impl Supervisor {
                 Ok(started) => {
                     info!(rule = %name, "the rule's controller is running again");
                     self.running.insert(name.clone(), started);
-                    self.shared.admin.health.set_controller_up(&name);
+                    self.shared.observability.health.set_controller_up(&name);
                 }
                 Err(e) => {
                     if let Some(ended) = self.ended.get_mut(&name) {
@@ -171,7 +171,7 @@ impl Supervisor {
     /// A controller (re)started by a reload: whatever ended before is over.
     fn came_back(&mut self, rule: &str) {
         if self.ended.remove(rule).is_some() {
-            self.shared.admin.health.set_controller_up(rule);
+            self.shared.observability.health.set_controller_up(rule);
         }
     }
 

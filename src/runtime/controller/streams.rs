@@ -1,0 +1,450 @@
+//! Wiring a rule's controller: the watches of its parents, children and lookups, what each
+//! event queues (and why), and the kube-runtime Controller they feed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::channel::{mpsc, oneshot};
+use kube::api::{Api, DynamicObject};
+use kube::core::DynamicResourceScope;
+use kube::discovery::ApiResource;
+use kube::runtime::controller::{Config, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use tracing::{debug, info};
+
+use crate::apply::deliveries::Deliveries;
+use crate::apply::events;
+use crate::cache::children::ChildIndex;
+use crate::cache::discovery::{Kinds, NotResolved, ServedKind};
+use crate::cache::lookups::{self};
+use crate::cache::parents::ParentIndex;
+use crate::cache::watch::{SkipReporter, Skipped};
+use crate::engine::plan::context::LABEL_RULE;
+use crate::engine::plan::scope::ANNOTATION_PARENT;
+use crate::engine::rules::Rule;
+use crate::ops::metrics::Sampled;
+use crate::runtime::housekeeping::{Housekeeping, ParentMemory};
+use crate::runtime::queue::{self, Trigger, Triggers};
+use crate::runtime::workers::Workers;
+
+use super::policy::error_policy;
+use super::reconcile::reconcile;
+use super::{DEFAULT_CONCURRENCY, RuleContext, RunningController, Shared, parent_key};
+
+impl Shared {
+    fn api<K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>>(&self, served: &ServedKind) -> Api<K> {
+        match &self.namespace {
+            Some(ns) if served.namespaced => Api::namespaced_with(self.client.clone(), ns, &served.resource),
+            _ => Api::all_with(self.client.clone(), &served.resource),
+        }
+    }
+
+    /// The watch of a rule's parents: like [`Shared::watch_in`], and a parent skipped for its
+    /// size also gets `Ready=False` (`ObjectTooLarge`) on its status.
+    fn watch_parents(
+        self: &Arc<Self>,
+        rule: &Rule,
+        served: &ServedKind,
+        config: watcher::Config,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+        self.watch_skipping(self.api(served), rule, served, config, true)
+    }
+
+    /// A watch of one kind for one rule, through a given API handle (lookups and label-owned
+    /// children watch every namespace), that counts for readiness and skips (and reports)
+    /// objects that do not decode or are over `--max-object-size`.
+    fn watch_in(
+        self: &Arc<Self>,
+        api: Api<crate::cache::watch::Tolerant>,
+        rule: &Rule,
+        served: &ServedKind,
+        config: watcher::Config,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+        self.watch_skipping(api, rule, served, config, false)
+    }
+
+    fn watch_skipping(
+        self: &Arc<Self>,
+        api: Api<crate::cache::watch::Tolerant>,
+        rule: &Rule,
+        served: &ServedKind,
+        config: watcher::Config,
+        parents: bool,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
+        let resource = &served.resource;
+        let token = self.observability.health.register_watch(format!(
+            "rule {:?}: watch of {} ({})",
+            rule.name, resource.kind, resource.api_version
+        ));
+        let shared = Arc::downgrade(self);
+        let served_kind = served.clone();
+        let writes_status = rule.writes_status();
+        let reporter = SkipReporter::new(
+            resource.clone(),
+            self.recorder.clone(),
+            self.max_object_bytes,
+            move |metadata, why| {
+                let Some(shared) = shared.upgrade() else { return };
+                match why {
+                    Skipped::Undecodable(_) => shared.observability.metrics.undecodable(&served_kind.resource.kind),
+                    Skipped::TooLarge { .. } => shared.observability.metrics.too_large(&served_kind.resource.kind),
+                }
+                // Another replica's parent (`--shards`) is marked there.
+                let held = shared.writers.of(metadata.uid.as_deref().unwrap_or_default()).held();
+                if parents && writes_status && held && matches!(why, Skipped::TooLarge { .. }) {
+                    let (served, metadata, why) = (served_kind.clone(), metadata.clone(), why.clone());
+                    tokio::spawn(async move {
+                        let now = crate::runtime::clock::now_rfc3339();
+                        crate::apply::skipped::mark_parent(
+                            shared.client.clone(),
+                            &served,
+                            &metadata,
+                            &why,
+                            now,
+                            &shared.observability,
+                        )
+                        .await;
+                    });
+                }
+            },
+        );
+        crate::cache::watch::watch(api, config, self.initial_list, token, Arc::new(reporter))
+    }
+}
+
+/// A channel that turns true once every child cache has listed.
+fn synced_signal(indexes: &[Arc<ChildIndex>]) -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(indexes.is_empty());
+    let mut each: Vec<_> = indexes.iter().map(|index| index.synced()).collect();
+    tokio::spawn(async move {
+        for synced in &mut each {
+            let _ = synced.wait_for(|done| *done).await;
+        }
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Starts the controller of one rule.
+pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningController, NotResolved> {
+    let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
+    let parent_kind = kinds.resolved(&watched.0, &watched.1)?.clone();
+    let mut config = watcher::Config::default();
+    if let Some(selector) = &rule.spec.watch.label_selector {
+        config = config.labels(selector);
+    }
+    let parent_writer = Writer::new(parent_kind.resource.clone());
+    let parent_store = parent_writer.as_reader();
+    let memory = ParentMemory::default();
+    let mut housekeeping = Housekeeping::new(memory.clone(), shared.observability.clone(), rule.name.clone());
+    let triggers = Arc::new(Triggers::default());
+    let (gone, queued) = (triggers.clone(), triggers.clone());
+    let bodies = Arc::new(ParentIndex::default());
+    let index = bodies.clone();
+    let (requested, previous, resource) = (triggers.clone(), parent_store.clone(), parent_kind.resource.clone());
+    let parents = shared
+        .watch_parents(rule, &parent_kind, config)
+        // The store keeps metadata; the parents themselves are kept as text.
+        .map(move |event| {
+            event.map(|mut event| {
+                // Before the store has it: the version it replaces is still there.
+                if let watcher::Event::Apply(parent) = &event {
+                    let before = previous.get(&ObjectRef::from_obj_with(parent, resource.clone()));
+                    if queue::reconcile_requested(before.as_deref(), parent) {
+                        requested.event(parent_key(parent), Trigger::Requested);
+                    }
+                }
+                index.take(&mut event);
+                event
+            })
+        })
+        .reflect(parent_writer)
+        // After the store has it: what we wrote is forgotten once the cache shows it.
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                housekeeping.observe(event);
+                if let watcher::Event::Delete(parent) = event {
+                    gone.forget(&parent_key(parent));
+                }
+            }
+        })
+        .applied_objects()
+        .inspect(move |parent| {
+            if let Ok(parent) = parent {
+                queued.event(parent_key(parent), Trigger::ParentEvent);
+            }
+        });
+    let mut controller = Controller::for_stream_with(parents, parent_store.clone(), parent_kind.resource.clone());
+    // Children and what actions created (status reads a run's object): both are cached.
+    let owned = rule.owned_kinds();
+    let mut children = Vec::new();
+    for (api_version, kind) in &owned {
+        let served = kinds.resolved(api_version, kind)?;
+        let index = Arc::new(ChildIndex::default());
+        children.push((served.resource.clone(), index.clone()));
+        let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
+        let (queued, parent_resource) = (triggers.clone(), parent_kind.resource.clone());
+        // Label-owned children live outside the parent's namespace: watch them cluster-wide and
+        // map them to their parent by annotation, as they carry no ownerReference.
+        let by_label = rule.may_own_by_label();
+        let api = if by_label {
+            Api::all_with(shared.client.clone(), &served.resource)
+        } else {
+            shared.api(served)
+        };
+        let stream = shared
+            .watch_in(api, rule, served, ours)
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    index.apply(event);
+                }
+            })
+            .touched_objects()
+            .inspect(move |child| {
+                if let Some(parent) = child.as_ref().ok().and_then(|c| parent_of(c, &parent_resource)) {
+                    let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+                    queued.event(key, Trigger::ChildEvent);
+                }
+            });
+        controller = if by_label {
+            let parent_resource = parent_kind.resource.clone();
+            let mapper = move |child: DynamicObject| parent_of(&child, &parent_resource);
+            controller.watches_stream_with(stream, mapper, served.resource.clone())
+        } else {
+            controller.owns_stream_with(stream, served.resource.clone())
+        };
+    }
+    // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
+    // Each is scoped as far as the rule allows: to the one namespace its lookups name, and to
+    // the labels they match.
+    let watch_lookups = |served: &ServedKind| {
+        let (api_version, kind) = (&served.resource.api_version, &served.resource.kind);
+        let api = match rule.lookup_namespace(api_version, kind) {
+            Some(ns) if served.namespaced => Api::namespaced_with(shared.client.clone(), &ns, &served.resource),
+            _ => Api::all_with(shared.client.clone(), &served.resource),
+        };
+        let mut config = watcher::Config::default();
+        if let Some(selector) = rule.lookup_selector(api_version, kind) {
+            config = config.labels(&selector);
+        }
+        shared.watch_in(api, rule, served, config).boxed()
+    };
+    if shared.writers.is_sharded() {
+        let queued = triggers.clone();
+        controller = controller.reconcile_on(
+            parents_of_taken_shards(&shared.writers, parent_store.clone(), parent_kind.resource.clone()).inspect(
+                move |parent| {
+                    let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+                    queued.event(key, Trigger::ShardTaken);
+                },
+            ),
+        );
+    }
+    let (lookups, lookup_changes) =
+        lookups::start(rule, kinds, &parent_kind.resource, parent_store.clone(), watch_lookups)?;
+    if !rule.spec.lookups.is_empty() {
+        let queued = triggers.clone();
+        controller = controller.reconcile_on(lookup_changes.inspect(move |parent| {
+            let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+            queued.event(key, Trigger::LookupEvent);
+        }));
+    }
+    // A finished `http` delivery queues its parent, whose reconcile records the outcome.
+    let (delivered, delivered_rx) = mpsc::unbounded();
+    let deliveries = Arc::new(Deliveries::new(delivered));
+    let (queued, resource) = (triggers.clone(), parent_kind.resource.clone());
+    controller = controller.reconcile_on(delivered_rx.map(move |(namespace, name): (String, String)| {
+        queued.event(queue::key(&namespace, &name), Trigger::Delivered);
+        ObjectRef::new_with(&name, resource.clone()).within(&namespace)
+    }));
+    let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
+    let (queued, reloaded) = (triggers.clone(), parent_store.clone());
+    let reconcile_all_rx = reconcile_all_rx.inspect(move |()| {
+        for parent in reloaded.state() {
+            queued.event(parent_key(&parent), Trigger::Reload);
+        }
+    });
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let workers = Arc::new(Workers::new(
+        rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY),
+    ));
+    let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
+    let events = Arc::new(events::EventLog::new(shared.client.clone()));
+    let context = Arc::new(RuleContext {
+        children_synced,
+        shared,
+        rule_name: rule.name.clone(),
+        parent_kind,
+        children,
+        failures: memory.failures,
+        written: memory.written,
+        drift: memory.drift,
+        events,
+        deliveries,
+        lookups,
+        parents: parent_store,
+        bodies,
+        triggers,
+        workers: workers.clone(),
+    });
+    context.shared.observability.metrics.rule_started(&rule.name);
+    let sampled: Arc<dyn Sampled> = context.clone();
+    context
+        .shared
+        .observability
+        .metrics
+        .sample(&rule.name, Arc::downgrade(&sampled));
+    let name = rule.name.clone();
+    let task = tokio::spawn(async move {
+        controller
+            // Every reconcile waits for one of the rule's workers, in turn (see `workers::Workers`
+            // for why not kube-runtime's own limit), up to `HELD_RECONCILES` held at once.
+            .with_config(Config::default().concurrency(queue::HELD_RECONCILES))
+            .reconcile_all_on(reconcile_all_rx)
+            .graceful_shutdown_on(async move {
+                let _ = stop_rx.await;
+            })
+            .run(reconcile, error_policy, context)
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    debug!(error = %e, "reconcile did not complete");
+                }
+            })
+            .await;
+        info!(rule = %name, "controller stopped");
+    });
+    info!(rule = %rule.name, watch = %format!("{} {}", watched.0, watched.1), "controller started");
+    Ok(RunningController {
+        watched,
+        owned,
+        looked_up: rule.lookup_kinds(),
+        digest: rule.digest.clone(),
+        reconcile_all,
+        workers,
+        stop,
+        task,
+    })
+}
+
+/// How much later than the parents changed since their last reconcile the rest of a taken
+/// shard's parents are queued.
+const SETTLED_PARENTS_DELAY: Duration = Duration::from_millis(250);
+
+/// References to the cached parents of each shard as this replica takes it: they were skipped
+/// while another replica held the shard, so nothing else would reconcile them now. Parents
+/// changed since their last reconcile (`status.observedGeneration` behind) come first and the
+/// rest a moment later: the controller's queue keeps no order among parents due at once, and
+/// after a failover the changed ones are what waited.
+fn parents_of_taken_shards(
+    writers: &Arc<crate::ha::shard::Writers>,
+    store: kube::runtime::reflector::Store<DynamicObject>,
+    resource: ApiResource,
+) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
+    let shards = writers.count();
+    // Unordered: a second shard taken at once must not wait behind the first one's settled parents.
+    writers.subscribe().flat_map_unordered(None, move |shard| {
+        let (changed, settled): (Vec<_>, Vec<_>) = store
+            .state()
+            .into_iter()
+            .filter(|p| crate::ha::shard::shard_of(&p.uid().unwrap_or_default(), shards) == shard)
+            .partition(|p| p.data["status"]["observedGeneration"].as_i64() != p.meta().generation);
+        debug!(
+            shard,
+            changed = changed.len(),
+            settled = settled.len(),
+            "shard taken: reconciling its parents"
+        );
+        let refs = |parents: Vec<Arc<DynamicObject>>| {
+            parents
+                .iter()
+                .map(|p| ObjectRef::from_obj_with(p.as_ref(), resource.clone()))
+                .collect::<Vec<_>>()
+        };
+        let settled = refs(settled);
+        futures::stream::iter(refs(changed))
+            .chain(
+                futures::stream::once(tokio::time::sleep(SETTLED_PARENTS_DELAY))
+                    .flat_map(move |()| futures::stream::iter(settled.clone())),
+            )
+            .boxed()
+    })
+}
+
+/// The parent of a child seen by a watch: from the `ruleop.io/parent` annotation of a
+/// label-owned child, or from a controller ownerReference of the parent's kind.
+fn parent_of(child: &DynamicObject, parent: &kube::discovery::ApiResource) -> Option<ObjectRef<DynamicObject>> {
+    if let Some((namespace, name)) = child
+        .annotations()
+        .get(ANNOTATION_PARENT)
+        .and_then(|p| p.split_once('/'))
+    {
+        return Some(ObjectRef::new_with(name, parent.clone()).within(namespace));
+    }
+    let owner = child
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == parent.kind)?;
+    let mut reference = ObjectRef::new_with(&owner.name, parent.clone());
+    if let Some(namespace) = child.namespace() {
+        reference = reference.within(&namespace);
+    }
+    Some(reference)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::GroupVersionKind;
+
+    fn database() -> ApiResource {
+        ApiResource::from_gvk(&GroupVersionKind::gvk("example.com", "v1", "Database"))
+    }
+
+    fn child(json: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json).expect("a child")
+    }
+
+    #[test]
+    fn a_label_owned_child_names_its_parent_in_an_annotation() {
+        let child = child(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "tenant-a", "annotations": {ANNOTATION_PARENT: "team/db-1"}},
+        }));
+        let parent = parent_of(&child, &database()).expect("a parent");
+        assert_eq!(
+            (parent.namespace.as_deref(), parent.name.as_str()),
+            (Some("team"), "db-1")
+        );
+    }
+
+    #[test]
+    fn an_owned_child_names_its_parent_in_a_controller_reference_of_the_parents_kind() {
+        let reference = |kind: &str, name: &str, controller: bool| serde_json::json!({"apiVersion": "example.com/v1", "kind": kind, "name": name, "uid": "u", "controller": controller});
+        let child = child(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db-1-creds", "namespace": "team", "ownerReferences": [
+                reference("Database", "not-the-controller", false),
+                reference("Cache", "other-kind", true),
+                reference("Database", "db-1", true),
+            ]},
+        }));
+        let parent = parent_of(&child, &database()).expect("a parent");
+        assert_eq!(
+            (parent.namespace.as_deref(), parent.name.as_str()),
+            (Some("team"), "db-1")
+        );
+    }
+
+    #[test]
+    fn a_child_with_neither_annotation_nor_controller_reference_has_no_parent() {
+        let child = child(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "stray", "namespace": "team", "annotations": {ANNOTATION_PARENT: "no-slash"}},
+        }));
+        assert!(parent_of(&child, &database()).is_none());
+    }
+}
