@@ -218,6 +218,11 @@ fn a_slow_webhook_holds_no_worker_and_its_secret_header_reaches_only_the_request
     }
     assert_eq!(hook.counts(), (2, 2, 2), "one delivery per Database");
     assert_eq!(
+        get(&ns.0, "database/first", "{.status.actions.notify.attempts}"),
+        "1",
+        "an answer recorded by a later reconcile is still the first attempt"
+    );
+    assert_eq!(
         hook.snapshot(|r| r.authorizations.clone()),
         ["Bearer s3cr3t-value", "Bearer s3cr3t-value"],
         "the header from the Secret"

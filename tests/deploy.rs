@@ -374,6 +374,19 @@ fn the_admission_policy_holds_ruleops_service_account_to_its_namespaces_and_bind
     let dir = root().join("deploy/admission").display().to_string();
     kubectl_ok(&["apply", "-k", &dir]);
     let _policy = AdmissionPolicy;
+    // What RBAC alone allows, which the policy narrows.
+    for granted in [
+        ["create", "namespaces", "--all-namespaces"],
+        ["delete", "namespaces", "--all-namespaces"],
+        ["patch", "namespaces", "--all-namespaces"],
+        [
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/edit",
+            "--all-namespaces",
+        ],
+    ] {
+        assert!(can_i(&granted), "RBAC should allow {granted:?}");
+    }
     let as_ruleop = |args: &[&str], yaml: &str| {
         let mut all = vec![SA];
         all.extend_from_slice(args);

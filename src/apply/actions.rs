@@ -69,7 +69,13 @@ pub async fn run(
     let id = decision.id.as_str();
     let record = RunRecord::read(parent, id).filter(|r| &r.key == key);
     let runs = RunRecord::read(parent, id).map_or(0, |r| r.runs) + u64::from(record.is_none());
-    let attempt = record.as_ref().map_or(0, |r| r.attempts) + 1;
+    // A request's answer is recorded by a later reconcile, under the attempt its intent counted.
+    let progress = match effect {
+        Effect::Http(_) => cluster.deliveries.progress(key),
+        Effect::Create(_) => Progress::NotSent,
+    };
+    let answered = matches!(progress, Progress::Done(_));
+    let attempt = (record.as_ref().map_or(0, |r| r.attempts) + u64::from(!answered)).max(1);
     // A retry keeps the run's start: an `on: delete` action's timeout counts from it.
     let started_at = record
         .as_ref()
@@ -80,7 +86,7 @@ pub async fn run(
     });
     let outcome = match effect {
         Effect::Create(object) => create(cluster, object).await.map_err(Failure::failed),
-        Effect::Http(request) => match cluster.deliveries.progress(key) {
+        Effect::Http(request) => match progress {
             Progress::InFlight => return Ok(Acted::InFlight),
             Progress::Done(outcome) => outcome.map(|()| Acted::Now).map_err(Failure::from),
             Progress::NotSent => match prepare(cluster, request).await {
