@@ -203,8 +203,11 @@ fn a_slow_webhook_holds_no_worker_and_its_secret_header_reaches_only_the_request
     apply_yaml(&ns.0, &database("first", 1, ""));
     wait_until(WAIT, "the first request to be held", || hook.snapshot(|r| r.held) == 1);
     apply_yaml(&ns.0, &database("second", 1, ""));
-    // The second Database converges and sends its own request while the first one still waits.
-    wait_until(WAIT, "both requests held at once", || hook.snapshot(|r| r.held) == 2);
+    // The second Database converges and sends its own request while the first one still waits:
+    // well within the first request's 30 s timeout, which ended an inline send's hold on the
+    // only worker (the receiver keeps counting a request its sender gave up on).
+    let both = Duration::from_secs(20);
+    wait_until(both, "both requests held at once", || hook.snapshot(|r| r.held) == 2);
     assert!(exists(&ns.0, "service/second-svc"), "the second Database's Service");
     assert_eq!(
         get(&ns.0, "database/first", "{.status.actions.notify.phase}"),
