@@ -8,7 +8,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use ruleop::ha::shard::shard_of;
+use ruleop::ha::shard_of;
 use support::fleet::{
     DatabaseWatch, LEASE, all_backed_up, backed_up, databases, databases_yaml, jobs_per_parent_and_action, replica,
 };
