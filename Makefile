@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test unit bench check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin
+.PHONY: demo test unit bench measure-memory check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -22,6 +22,9 @@ reference:       ## regenerate docs/reference/cli.md (from clap) and docs/refere
 
 bench:           ## convergence benchmark: ruleop vs a floor, kopf and kro (BENCH_N=100,1000; BENCH_N=10000 for the large run); see bench/README.md
 	bench/run.sh
+
+measure-memory:  ## the operator's RSS over MEMORY_N (default 1000) converged Databases, and after a restart (a measurement, not a test)
+	MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 cargo bench --locked --bench memory
 
 control-plane:   ## build the control plane binary only
 	tests/apiserver/ctl.sh build
