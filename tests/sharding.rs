@@ -206,29 +206,3 @@ fn three_replicas_hold_four_of_twelve_shards_each_and_a_killed_ones_shards_move_
         assert_eq!(backups, expected, "{name}: one backup Job per generation");
     }
 }
-
-/// The same 300 parents with one replica and no shards, for the comparison in docs/operations/sharding.md (what the
-/// three replicas above split): `cargo test --test sharding -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement for docs/operations/sharding.md, not a check"]
-fn one_replica_alone_over_the_same_parents_for_comparison() {
-    install_crds();
-    let ns = Namespace::new("unsharded");
-    let rules = rules_dir(str::to_owned);
-    let alone = Operator::start(rules.path(), &support::templates(), &ns.0);
-    let cpu_before = alone.cpu();
-    let created = Instant::now();
-    apply_yaml(&ns.0, &databases_yaml(PARENTS, 1));
-    wait_until(WAIT, "300 databases reconciled with their backups", || {
-        all_backed_up(&ns.0, PARENTS)
-    });
-    alone.idle_reconciles("database");
-    println!(
-        "one replica, {PARENTS} parents: created and backed up in {:?}, {} reconciles, {} writes, CPU {:?} while reconciling, RSS {:.1} MB",
-        created.elapsed(),
-        alone.reconciles("database"),
-        alone.writes(),
-        alone.cpu().saturating_sub(cpu_before),
-        mb(alone.rss()),
-    );
-}

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod mount;
 pub mod node;
 pub mod webhook;
+pub mod writes;
 
 pub use metrics::sum_metric;
 
