@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test unit bench check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin
+.PHONY: demo test unit bench measure-memory measure-writes measure-unsharded check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -22,6 +22,15 @@ reference:       ## regenerate docs/reference/cli.md (from clap) and docs/refere
 
 bench:           ## convergence benchmark: ruleop vs a floor, kopf and kro (BENCH_N=100,1000; BENCH_N=10000 for the large run); see bench/README.md
 	bench/run.sh
+
+measure-memory:  ## the operator's RSS over MEMORY_N (default 1000) converged Databases, and after a restart (a measurement, not a test)
+	MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 cargo bench --locked --bench memory
+
+measure-writes:  ## the API server's writes for WRITES_N (default 100) Databases converging, then a template edit (a measurement)
+	cargo bench --locked --bench writes
+
+measure-unsharded: ## one replica, no shards, over tests/sharding.rs's 300 parents: time, writes, CPU, RSS (docs/operations/sharding.md)
+	cargo bench --locked --bench unsharded
 
 control-plane:   ## build the control plane binary only
 	tests/apiserver/ctl.sh build

@@ -15,6 +15,8 @@ step() { printf '\n== %s\n' "$*"; }
 step "format and lints"
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
+# The library alone, as the release binary builds it (no dev-dependency turns `fuzzing` on).
+cargo clippy --locked -- -D warnings
 
 step "rule tests (ruleop test tests/ruletests)"
 cargo run --quiet --locked -- test tests/ruletests

@@ -10,11 +10,12 @@
 //! [`engine::plan::plan`]. The offline commands (`check`, `render`, `test`) use only that part; `diff` plans
 //! live parents the same way and asks the API server only for dry runs.
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub, missing_docs)]
 
-pub mod apply;
-pub mod cache;
+pub(crate) mod apply;
+pub(crate) mod cache;
 pub mod cmd;
 pub mod engine;
 pub mod ha;
-pub mod ops;
-pub mod runtime;
+pub(crate) mod ops;
+pub(crate) mod runtime;

@@ -7,7 +7,8 @@ mod support;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use support::fleet::{LEASE, all_backed_up, databases_yaml, jobs_per_parent_and_action, percentile};
+use support::fleet::{LEASE, all_backed_up, databases_yaml, jobs_per_parent_and_action};
+use support::metrics::percentile;
 use support::*;
 
 /// The tests here read the API server's global write counters: one at a time.
@@ -113,7 +114,7 @@ fn only_the_leader_writes_and_a_killed_leader_is_replaced_within_the_lease_durat
     failovers.sort();
     println!(
         "failover over {ROUNDS} rounds: p50 {:?}, max {:?}",
-        percentile(&failovers, 50),
+        percentile(&failovers, 50.0).unwrap_or_default(),
         failovers[failovers.len() - 1]
     );
     for failover in &failovers {

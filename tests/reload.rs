@@ -6,6 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::custom::CustomKind;
+use support::metrics::percentile;
 use support::mount::{Mount, files_under};
 use support::*;
 
@@ -20,10 +21,6 @@ fn with_edit(files: &[(String, String)], path: &str, edit: impl Fn(&str) -> Stri
 
 fn status(ns: &str, key: &str) -> String {
     get(ns, "configmap/ruleop-status", &format!("{{.data.{key}}}"))
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 #[test]
@@ -68,8 +65,8 @@ fn an_edited_template_reaches_every_parent_through_an_atomic_swap() {
     first_update.sort();
     eprintln!(
         "swap -> first child updated over 20 swaps (debounce 100ms, kubectl polling adds ~50ms): p50 {:?}, p95 {:?}, max {:?}",
-        percentile(&first_update, 0.5),
-        percentile(&first_update, 0.95),
+        percentile(&first_update, 50.0).unwrap_or_default(),
+        percentile(&first_update, 95.0).unwrap_or_default(),
         first_update[19]
     );
     assert_eq!(status(&ns.0, "state"), "Loaded");

@@ -8,7 +8,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use ruleop::ha::shard::shard_of;
+use ruleop::ha::shard_of;
 use support::fleet::{
     DatabaseWatch, LEASE, all_backed_up, backed_up, databases, databases_yaml, jobs_per_parent_and_action, replica,
 };
@@ -205,30 +205,4 @@ fn three_replicas_hold_four_of_twelve_shards_each_and_a_killed_ones_shards_move_
         let backups = jobs.get(&(name.clone(), "backup".to_owned())).copied().unwrap_or(0);
         assert_eq!(backups, expected, "{name}: one backup Job per generation");
     }
-}
-
-/// The same 300 parents with one replica and no shards, for the comparison in docs/operations/sharding.md (what the
-/// three replicas above split): `cargo test --test sharding -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement for docs/operations/sharding.md, not a check"]
-fn one_replica_alone_over_the_same_parents_for_comparison() {
-    install_crds();
-    let ns = Namespace::new("unsharded");
-    let rules = rules_dir(str::to_owned);
-    let alone = Operator::start(rules.path(), &support::templates(), &ns.0);
-    let cpu_before = alone.cpu();
-    let created = Instant::now();
-    apply_yaml(&ns.0, &databases_yaml(PARENTS, 1));
-    wait_until(WAIT, "300 databases reconciled with their backups", || {
-        all_backed_up(&ns.0, PARENTS)
-    });
-    alone.idle_reconciles("database");
-    println!(
-        "one replica, {PARENTS} parents: created and backed up in {:?}, {} reconciles, {} writes, CPU {:?} while reconciling, RSS {:.1} MB",
-        created.elapsed(),
-        alone.reconciles("database"),
-        alone.writes(),
-        alone.cpu().saturating_sub(cpu_before),
-        mb(alone.rss()),
-    );
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use support::metrics::percentile;
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -160,11 +161,6 @@ fn a_tenant_gets_its_namespace_quota_and_members_and_takes_them_along_when_delet
     );
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
 #[test]
 fn editing_the_platform_defaults_updates_every_tenants_quota() {
     let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
@@ -233,10 +229,10 @@ fn editing_the_platform_defaults_updates_every_tenants_quota() {
         "defaults edit -> quota updated, {TENANTS} Tenants x {} edits (kubectl polling, ~0.1 s resolution): \
          per Tenant p50 {:?} p95 {:?}; all {TENANTS} updated p50 {:?} p95 {:?} max {:?}",
         all_updated.len(),
-        percentile(&per_tenant, 0.5),
-        percentile(&per_tenant, 0.95),
-        percentile(&all_updated, 0.5),
-        percentile(&all_updated, 0.95),
+        percentile(&per_tenant, 50.0).unwrap_or_default(),
+        percentile(&per_tenant, 95.0).unwrap_or_default(),
+        percentile(&all_updated, 50.0).unwrap_or_default(),
+        percentile(&all_updated, 95.0).unwrap_or_default(),
         all_updated[all_updated.len() - 1],
     );
     assert!(

@@ -4,73 +4,13 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use support::writes::{reading, writes_since};
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Events (events.k8s.io) not reported by ruleop, cluster-wide: the API server's own controllers
-/// publish some (its ClusterIP repair loop about new Services), and its counter cannot tell.
-fn foreign_events() -> BTreeSet<String> {
-    kubectl_ok(&[
-        "get",
-        "events.v1.events.k8s.io",
-        "-A",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {.reportingController}{\"\\n\"}{end}",
-    ])
-    .lines()
-    .filter_map(|l| l.split_once(' '))
-    .filter(|(_, controller)| *controller != "ruleop")
-    .map(|(name, _)| name.to_owned())
-    .collect()
-}
-
-/// The API server's write counters, ruleop's own count of the writes it sent, and the Events
-/// others published, at one moment.
-struct Reading {
-    counts: BTreeMap<String, u64>,
-    sent: u64,
-    foreign: BTreeSet<String>,
-}
-
-fn reading(operator: &Operator) -> Reading {
-    Reading {
-        counts: apiserver_write_counts(DATABASE_WRITES),
-        sent: operator.metric("ruleop_api_writes_total", &[]),
-        foreign: foreign_events(),
-    }
-}
-
-/// Waits until the API server has served every write the operator sent (Events go out in the
-/// background, after the reconcile that caused them) and the operator is idle, then returns the
-/// API server's writes since `before`, without the test's own (`ours`, one each) and without
-/// Events others created meanwhile.
-fn writes_since(operator: &Operator, before: &Reading, ours: &[&str]) -> BTreeMap<String, u64> {
-    operator.idle_reconciles("database");
-    let sent = operator.metric("ruleop_api_writes_total", &[]) - before.sent;
-    let total = sent + ours.len() as u64;
-    wait_until(WAIT, "the API server to serve every write ruleop sent", || {
-        let served: u64 = count_difference(&before.counts, &apiserver_write_counts(DATABASE_WRITES))
-            .values()
-            .sum();
-        served.saturating_sub(foreign_events().difference(&before.foreign).count() as u64) >= total
-    });
-    let mut writes = count_difference(&before.counts, &apiserver_write_counts(DATABASE_WRITES));
-    let foreign = foreign_events().difference(&before.foreign).count();
-    let theirs = std::iter::repeat_n("POST events.events.k8s.io", foreign);
-    for write in ours.iter().copied().chain(theirs) {
-        let left = writes.get(write).copied().unwrap_or(0).saturating_sub(1);
-        if left == 0 {
-            writes.remove(write);
-        } else {
-            writes.insert(write.to_owned(), left);
-        }
-    }
-    writes
-}
 
 /// Whether a Database's status names the Job of its latest backup run as its latest backup.
 fn reports_its_job(namespace: &str, name: &str) -> bool {
@@ -164,70 +104,4 @@ fn a_database_with_backups_converges_in_eight_writes_a_spec_change_costs_five_an
         ]),
         "writes of one converging Database without backups (no Job, no finalizer)"
     );
-}
-
-/// A measurement, not a check (run it alone: `cargo test --test writes -- --ignored`): N
-/// Databases with backups (`WRITES_N`, default 100) converging, then a template edit that
-/// changes every Service, with the API server's writes by verb and the wall time of each.
-#[test]
-#[ignore = "a measurement: run it on its own"]
-fn many_databases_converge_and_reload_with_these_writes() {
-    let n: usize = std::env::var("WRITES_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    install_crds();
-    let ns = Namespace::new("writes-many");
-    let templates = templates_with(&[]);
-    let operator = Operator::start_with(
-        &root().join("rules"),
-        templates.path(),
-        &ns.0,
-        &["--reload-debounce", "500ms"],
-    );
-    let before = reading(&operator);
-    let all: String = (0..n)
-        .map(|i| database(&format!("db-{i:04}"), 1, "  backup:\n    enabled: true\n"))
-        .collect::<Vec<_>>()
-        .join("---\n");
-    let start = std::time::Instant::now();
-    apply_yaml(&ns.0, &all);
-    wait_until(Duration::from_secs(600), "convergence", || {
-        let records = get(
-            &ns.0,
-            "databases",
-            "{range .items[*]}{.status.observedGeneration}/{.status.actions.backup.phase}{\"\\n\"}{end}",
-        );
-        records.lines().filter(|l| *l == "1/Done").count() == n
-    });
-    let converged_in = start.elapsed();
-    let converged = writes_since(&operator, &before, &vec!["POST databases.myorg.io"; n]);
-    let total: u64 = converged.values().sum();
-    eprintln!(
-        "{n} Databases converged in {converged_in:?} (kubectl polling): {total} writes, {:.2} per parent: {converged:?}",
-        total as f64 / n as f64
-    );
-
-    let before = reading(&operator);
-    let service = templates.path().join("database/service.yaml.j2");
-    let text = std::fs::read_to_string(&service).expect("service template");
-    let edited = text.replace("port: 5432", "port: 5433");
-    assert_ne!(text, edited, "the edit changes the Service");
-    let start = std::time::Instant::now();
-    std::fs::write(&service, edited).expect("edit the template");
-    wait_until(Duration::from_secs(600), "every Service updated", || {
-        get(&ns.0, "services", "{.items[*].spec.ports[0].port}")
-            .split_whitespace()
-            .filter(|p| *p == "5433")
-            .count()
-            == n
-    });
-    let reloaded_in = start.elapsed();
-    let reloaded = writes_since(&operator, &before, &[]);
-    eprintln!(
-        "template edit to all {n} Services updated in {reloaded_in:?} (incl. 500 ms debounce, kubectl polling): {reloaded:?}"
-    );
-    let conflicts: u64 = operator.metric("ruleop_reconciles_total", &[("result", "conflict")]);
-    let events = operator.metric("ruleop_api_writes_total", &[("kind", "Event")]);
-    eprintln!("reconciles ending in a conflict: {conflicts}; Event writes sent by ruleop in all: {events}");
 }

@@ -12,6 +12,9 @@
 
 mod contenders;
 mod fairness;
+/// Counters and percentiles, shared with the integration tests.
+#[path = "../../tests/support/metrics.rs"]
+mod metrics;
 mod observer;
 mod parents;
 mod phases;

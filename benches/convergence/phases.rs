@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::contenders::{Contender, Runner, Setup};
 use crate::fairness::{Fairness, fairness};
+use crate::metrics::percentile;
 use crate::observer::{Observer, wait_labelled};
 use crate::parents::{create_namespace, create_parents, delete_namespace, release_finalizers};
 use crate::plane::ControlPlane;
@@ -218,8 +219,8 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
         .filter_map(|(name, at)| Some((*converged.get(name)? - *at).as_secs_f64() * 1000.0))
         .collect();
     latencies.sort_by(f64::total_cmp);
-    result.p50_ms = percentile(&latencies, 50.0);
-    result.p99_ms = percentile(&latencies, 99.0);
+    result.p50_ms = percentile(&latencies, 50.0).unwrap_or(0.0);
+    result.p99_ms = percentile(&latencies, 99.0).unwrap_or(0.0);
     result.max_ms = latencies.last().copied().unwrap_or_default();
     let after = settle(&ctx.client, Duration::from_secs(3), Duration::from_secs(60)).await?;
     let mut writes = diff(&after, &before);
@@ -406,13 +407,4 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Nearest rank.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }

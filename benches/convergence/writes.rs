@@ -1,6 +1,6 @@
 //! API writes as the API server counts them (`apiserver_request_total`), and Prometheus text.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -24,33 +24,8 @@ const RESOURCES: [&str; 7] = [
 /// Requests by (verb, resource[/subresource][ [code]]).
 pub type Counts = BTreeMap<(String, String), u64>;
 
-/// The labels and the value of one Prometheus text line.
-fn labels(line: &str) -> (HashMap<&str, &str>, Option<f64>) {
-    let mut map = HashMap::new();
-    let Some((head, value)) = line.rsplit_once(' ') else {
-        return (map, None);
-    };
-    if let Some(inner) = head.split_once('{').and_then(|(_, rest)| rest.strip_suffix('}')) {
-        let mut rest = inner;
-        while let Some((key, after)) = rest.split_once("=\"") {
-            let Some(end) = after.find('"') else { break };
-            map.insert(key.trim_start_matches(','), &after[..end]);
-            rest = &after[end + 1..];
-        }
-    }
-    (map, value.parse().ok())
-}
-
-/// Sums a Prometheus counter over the series whose labels include every `(key, value)`.
-pub fn sum_metric(text: &str, name: &str, filter: &[(&str, &str)]) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter_map(|l| {
-            let (labels, value) = labels(l);
-            filter.iter().all(|(k, v)| labels.get(k) == Some(v)).then_some(value?)
-        })
-        .sum::<f64>() as u64
-}
+use crate::metrics::labels;
+pub use crate::metrics::sum_metric;
 
 /// Write requests served by the API server so far.
 pub async fn apiserver_writes(client: &Client) -> Result<Counts> {

@@ -7,7 +7,7 @@ use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
 /// What went wrong in a request, for conditions, Events and logs: for an API error its
 /// message (which names the object) and, when `details.causes` names fields the message does
 /// not, those fields; for anything else the error's own text. At most [`MESSAGE_LIMIT`] bytes.
-pub fn describe(err: &kube::Error) -> String {
+pub(crate) fn describe(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(status) => describe_status(status),
         other => bounded(&other.to_string(), MESSAGE_LIMIT).into_owned(),
@@ -15,7 +15,7 @@ pub fn describe(err: &kube::Error) -> String {
 }
 
 /// The message of an API server `Status`, with the fields its causes name.
-pub fn describe_status(status: &kube::core::Status) -> String {
+pub(crate) fn describe_status(status: &kube::core::Status) -> String {
     let mut text = if status.message.is_empty() {
         format!("{} (HTTP {})", status.reason, status.code)
     } else {

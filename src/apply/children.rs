@@ -10,7 +10,7 @@ use crate::engine::rules::model::ImmutableChangePolicy;
 
 /// What happened to one child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChildOutcome {
+pub(crate) enum ChildOutcome {
     /// Live already held it: no request sent.
     Unchanged,
     /// It did not exist and was created.
@@ -24,7 +24,7 @@ pub enum ChildOutcome {
 }
 
 /// The object we send: the rendered child plus its desired-hash annotation.
-pub fn with_desired_hash(child: &DesiredChild) -> Value {
+pub(crate) fn with_desired_hash(child: &DesiredChild) -> Value {
     let mut object = child.object.clone();
     let digest = desired_hash(&child.object);
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -37,7 +37,7 @@ pub fn with_desired_hash(child: &DesiredChild) -> Value {
 }
 
 /// Applies one child unless `live` already covers it, or what its update strategy says instead.
-pub async fn apply_child(
+pub(crate) async fn apply_child(
     cluster: &Cluster<'_>,
     child: &DesiredChild,
     live: Option<&Value>,
@@ -166,7 +166,7 @@ fn is_immutable(status: &kube::core::Status) -> bool {
 /// Releases an orphaned child (`deletionPolicy: Orphan`): one merge patch, under its
 /// resourceVersion, removing ruleop's labels, annotations and ownerReference. A child already
 /// gone counts as released.
-pub async fn release(cluster: &Cluster<'_>, release: &Release) -> Result<(), ApplyError> {
+pub(crate) async fn release(cluster: &Cluster<'_>, release: &Release) -> Result<(), ApplyError> {
     let target = &release.target;
     let api = cluster.api(&target.api_version, &target.kind, &target.namespace)?;
     cluster.count_write("PATCH", &target.kind);
@@ -187,7 +187,7 @@ pub async fn release(cluster: &Cluster<'_>, release: &Release) -> Result<(), App
 }
 
 /// Deletes a child (background propagation); a child already gone counts as deleted.
-pub async fn delete(cluster: &Cluster<'_>, target: &ObjectRef) -> Result<(), ApplyError> {
+pub(crate) async fn delete(cluster: &Cluster<'_>, target: &ObjectRef) -> Result<(), ApplyError> {
     let api = cluster.api(&target.api_version, &target.kind, &target.namespace)?;
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),

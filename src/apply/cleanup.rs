@@ -17,7 +17,7 @@ use crate::engine::plan::ownership;
 
 /// Adds or removes our finalizer (one merge patch under the parent's resourceVersion) and
 /// replaces `parent` with the result. A parent already gone counts as done.
-pub async fn set_finalizer(
+pub(crate) async fn set_finalizer(
     cluster: &Cluster<'_>,
     handle: &ParentHandle,
     parent: &mut Value,
@@ -51,7 +51,7 @@ pub async fn set_finalizer(
 
 /// Every object of these kinds carrying the parent's UID label, read from the API server (all
 /// namespaces: label-owned children live outside the parent's).
-pub async fn list_owned(
+pub(crate) async fn list_owned(
     cluster: &Cluster<'_>,
     kinds: &[(String, String)],
     uid: &str,
@@ -83,7 +83,7 @@ pub async fn list_owned(
 /// garbage collector then deletes it with the parent; think of a Tenant naming its Namespace
 /// `kube-system`, or a Database naming its Service after the team's `payments-svc`), so it is
 /// refused, unless the rule says `adopt: true` for this child.
-pub async fn refuse_takeover(cluster: &Cluster<'_>, child: &DesiredChild) -> Result<(), ApplyError> {
+pub(crate) async fn refuse_takeover(cluster: &Cluster<'_>, child: &DesiredChild) -> Result<(), ApplyError> {
     if child.adopt {
         return Ok(());
     }

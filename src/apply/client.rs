@@ -7,10 +7,10 @@ use kube::Config;
 use kube::config::InferConfigError;
 
 /// The user agent of every request ruleop sends to the API server.
-pub const RULEOP_USER_AGENT: &str = concat!("ruleop/", env!("CARGO_PKG_VERSION"));
+pub(crate) const RULEOP_USER_AGENT: &str = concat!("ruleop/", env!("CARGO_PKG_VERSION"));
 
 /// The configuration `kube::Config::infer` finds, naming ruleop as the user agent.
-pub async fn cluster_config() -> Result<Config, InferConfigError> {
+pub(crate) async fn cluster_config() -> Result<Config, InferConfigError> {
     let mut config = Config::infer().await?;
     config
         .headers

@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 /// Whether `live` already holds every field of `desired`.
-pub fn covers(live: &Value, desired: &Value) -> bool {
+pub(crate) fn covers(live: &Value, desired: &Value) -> bool {
     match (live, desired) {
         (_, Value::Null) => true,
         (Value::Object(live), Value::Object(desired)) => desired.iter().all(|(key, want)| match live.get(key) {
@@ -42,7 +42,7 @@ fn same_quantity(a: &str, b: &str) -> bool {
 }
 
 /// The value of a Kubernetes quantity (`500m`, `1Gi`, `2e3`), or `None` if `s` is not one.
-pub fn quantity(s: &str) -> Option<f64> {
+pub(crate) fn quantity(s: &str) -> Option<f64> {
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
         .unwrap_or(s.len());

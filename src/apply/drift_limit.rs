@@ -20,14 +20,14 @@ use crate::engine::plan::children::ANNOTATION_DESIRED_HASH;
 use crate::engine::plan::children::ObjectRef;
 
 /// Repairs allowed at once.
-pub const BURST: u32 = 3;
+pub(crate) const BURST: u32 = 3;
 /// Time to earn one more repair.
-pub const REFILL: Duration = Duration::from_secs(5);
+pub(crate) const REFILL: Duration = Duration::from_secs(5);
 
 /// Whether `live` drifted from `desired` (both with the desired-hash annotation): it carries the
 /// annotation of what we want now, so we applied this very object before, yet it no longer holds
 /// every field we render. A changed template is not drift (the annotation differs).
-pub fn is_drift(desired: &Value, live: &Value) -> bool {
+pub(crate) fn is_drift(desired: &Value, live: &Value) -> bool {
     let hash = |v: &Value| {
         v.pointer("/metadata/annotations")
             .and_then(|a| a.get(ANNOTATION_DESIRED_HASH))
@@ -46,7 +46,7 @@ struct Bucket {
 
 /// What the limiter decided about one repair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Repair now.
     Repair,
     /// Wait this long; `report` is true the first time in a fight.
@@ -60,11 +60,11 @@ pub enum Decision {
 
 /// Token buckets by parent UID.
 #[derive(Debug, Default)]
-pub struct DriftLimiter(Mutex<HashMap<String, Bucket>>);
+pub(crate) struct DriftLimiter(Mutex<HashMap<String, Bucket>>);
 
 impl DriftLimiter {
     /// Asks to repair drift on the children of parent `uid` at `now`.
-    pub fn decide(&self, uid: &str, now: Instant) -> Decision {
+    pub(crate) fn decide(&self, uid: &str, now: Instant) -> Decision {
         let Ok(mut buckets) = self.0.lock() else {
             return Decision::Repair;
         };
@@ -85,7 +85,7 @@ impl DriftLimiter {
     }
 
     /// How long until parent `uid` may repair again, if it is waiting.
-    pub fn wait(&self, uid: &str, now: Instant) -> Option<Duration> {
+    pub(crate) fn wait(&self, uid: &str, now: Instant) -> Option<Duration> {
         let mut buckets = self.0.lock().ok()?;
         let bucket = buckets.get_mut(uid)?;
         refill(bucket, now);
@@ -93,7 +93,7 @@ impl DriftLimiter {
     }
 
     /// Drops parents whose buckets are full again: they are not fighting (keeps the map small).
-    pub fn forget_settled(&self, now: Instant) {
+    pub(crate) fn forget_settled(&self, now: Instant) {
         if let Ok(mut buckets) = self.0.lock() {
             buckets.retain(|_, bucket| {
                 refill(bucket, now);
@@ -103,26 +103,27 @@ impl DriftLimiter {
     }
 
     /// Forgets one parent (it was deleted).
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         if let Ok(mut buckets) = self.0.lock() {
             buckets.remove(uid);
         }
     }
 
     /// Keeps only these parents (the others are gone).
-    pub fn retain(&self, live: &std::collections::HashSet<String>) {
+    pub(crate) fn retain(&self, live: &std::collections::HashSet<String>) {
         if let Ok(mut buckets) = self.0.lock() {
             buckets.retain(|uid, _| live.contains(uid));
         }
     }
 
     /// Parents remembered.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.lock().map_or(0, |buckets| buckets.len())
     }
 
     /// Whether no parent is remembered.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -138,7 +139,7 @@ fn refill(bucket: &mut Bucket, now: Instant) {
 
 /// Reports a fight over `target`: reads its managedFields (the caches drop them) and publishes
 /// a Warning Event on the parent naming the other field managers, most recent first.
-pub fn report_fight(cluster: &Cluster<'_>, parent: &ParentHandle, target: &ObjectRef) {
+pub(crate) fn report_fight(cluster: &Cluster<'_>, parent: &ParentHandle, target: &ObjectRef) {
     let api = match cluster.api(&target.api_version, &target.kind, &target.namespace) {
         Ok(api) => api,
         Err(e) => {

@@ -33,7 +33,7 @@ const NOTE_LIMIT: usize = 960;
 
 /// How long after its last occurrence an Event still folds a repeat into its series: the
 /// window client-go's and kube's recorders use.
-pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+pub(crate) const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 
 /// Events sent at once. Events are for people and can wait: a burst of reconciles (a template
 /// edit over 1,000 parents) sends its child writes first instead of sharing the API server with
@@ -50,7 +50,7 @@ const CONTROLLER: &str = "ruleop";
 /// The Events this process published in the last [`SERIES_WINDOW`], by what makes two Events
 /// the same (regarding object, related object, type, reason and note), so a repeat is sent as
 /// a series update of the first instead of a new object.
-pub struct EventLog {
+pub(crate) struct EventLog {
     client: Client,
     instance: String,
     recent: Mutex<HashMap<u64, Recent>>,
@@ -68,8 +68,14 @@ struct Recent {
 }
 
 impl EventLog {
+    /// Events remembered for series.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.recent.lock().map_or(0, |recent| recent.len())
+    }
+
     /// An empty log publishing through `client`, reporting as instance `POD_NAME` (or `ruleop`).
-    pub fn new(client: Client) -> Self {
+    pub(crate) fn new(client: Client) -> Self {
         EventLog {
             client,
             instance: std::env::var("POD_NAME").unwrap_or_else(|_| CONTROLLER.to_owned()),
@@ -77,16 +83,6 @@ impl EventLog {
             senders: std::sync::Arc::new(tokio::sync::Semaphore::new(SENDERS)),
             queued: std::sync::Arc::default(),
         }
-    }
-
-    /// Events remembered for series (for tests and metrics).
-    pub fn len(&self) -> usize {
-        self.recent.lock().map_or(0, |recent| recent.len())
-    }
-
-    /// Whether no Event is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Decides whether this Event is new or a repeat (and remembers it); returns the write to send.
@@ -161,7 +157,7 @@ fn type_name(type_: EventType) -> &'static str {
 /// never waits for it; a failure to publish is logged, never fatal). A repeat of an Event
 /// published in the last [`SERIES_WINDOW`] (same object, type, reason and note) is sent as a
 /// series update of that Event.
-pub fn publish(
+pub(crate) fn publish(
     cluster: &Cluster<'_>,
     parent: &ParentHandle,
     child: Option<&ObjectRef>,
@@ -261,7 +257,7 @@ async fn create(api: &Api<K8sEvent>, mut event: K8sEvent, name: String) -> Resul
 
 /// What one reconcile changed, for its one Event.
 #[derive(Debug, Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     created: Vec<ObjectRef>,
     recreated: Vec<ObjectRef>,
     updated: Vec<ObjectRef>,
@@ -272,7 +268,7 @@ pub struct Summary {
 
 impl Summary {
     /// Notes a child's apply.
-    pub fn child(&mut self, target: &ObjectRef, outcome: &ChildOutcome) {
+    pub(crate) fn child(&mut self, target: &ObjectRef, outcome: &ChildOutcome) {
         let list = match outcome {
             ChildOutcome::Unchanged => return,
             ChildOutcome::Created => &mut self.created,
@@ -284,23 +280,23 @@ impl Summary {
     }
 
     /// Notes a prune (or a cleanup delete).
-    pub fn deleted(&mut self, target: &ObjectRef) {
+    pub(crate) fn deleted(&mut self, target: &ObjectRef) {
         self.deleted.push(target.clone());
     }
 
     /// Notes a child released to live on (`deletionPolicy: Orphan`).
-    pub fn released(&mut self, target: &ObjectRef) {
+    pub(crate) fn released(&mut self, target: &ObjectRef) {
         self.released.push(target.clone());
     }
 
     /// Notes a successful action run.
-    pub fn ran(&mut self, decision: &ActionDecision) {
+    pub(crate) fn ran(&mut self, decision: &ActionDecision) {
         self.ran.push(action_run_note(decision));
     }
 
     /// The Event's reason: the most notable change (an action run, then a child created,
     /// recreated, updated, deleted); `None` when the reconcile changed nothing.
-    pub fn reason(&self) -> Option<&'static str> {
+    pub(crate) fn reason(&self) -> Option<&'static str> {
         [
             (!self.ran.is_empty(), "ActionRan"),
             (!self.created.is_empty(), "ChildCreated"),
@@ -316,7 +312,7 @@ impl Summary {
     /// The Event's note, e.g. `created Service orders-svc, StatefulSet orders; ran backup for
     /// generation=1 (key …): created Job orders-backup-…`. Objects in the parent's namespace go
     /// without it.
-    pub fn note(&self, parent_namespace: &str) -> String {
+    pub(crate) fn note(&self, parent_namespace: &str) -> String {
         let name = |o: &ObjectRef| {
             if o.namespace.is_empty() || o.namespace == parent_namespace {
                 format!("{} {}", o.kind, o.name)
@@ -340,7 +336,7 @@ impl Summary {
     }
 
     /// Publishes the reconcile's one Event, if it changed anything.
-    pub fn publish(&self, cluster: &Cluster<'_>, parent: &ParentHandle) {
+    pub(crate) fn publish(&self, cluster: &Cluster<'_>, parent: &ParentHandle) {
         if let Some(reason) = self.reason() {
             let namespace = parent.reference.namespace.clone().unwrap_or_default();
             publish(cluster, parent, None, EventType::Normal, reason, self.note(&namespace));
@@ -349,7 +345,7 @@ impl Summary {
 }
 
 /// What one successful action run did: the guard value it ran for, its key and its effect.
-pub fn action_run_note(decision: &ActionDecision) -> String {
+pub(crate) fn action_run_note(decision: &ActionDecision) -> String {
     let guard = decision.guard_value.as_deref().unwrap_or("?");
     let key = decision.key.as_deref().unwrap_or("?");
     let effect = match &decision.effect {

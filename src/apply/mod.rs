@@ -2,19 +2,19 @@
 //! prune, guarded actions, status and Events. It sends a request only where the live state
 //! differs from the plan, so reconciling a converged parent writes nothing.
 
-pub mod actions;
-pub mod api_error;
-pub mod children;
-pub mod cleanup;
-pub mod client;
-pub mod compare;
-pub mod deliveries;
-pub mod drift_limit;
-pub mod events;
-pub mod reconcile;
-pub mod secrets;
-pub mod skipped;
-pub mod status_write;
+pub(crate) mod actions;
+pub(crate) mod api_error;
+pub(crate) mod children;
+pub(crate) mod cleanup;
+pub(crate) mod client;
+pub(crate) mod compare;
+pub(crate) mod deliveries;
+pub(crate) mod drift_limit;
+pub(crate) mod events;
+pub(crate) mod reconcile;
+pub(crate) mod secrets;
+pub(crate) mod skipped;
+pub(crate) mod status_write;
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -27,11 +27,11 @@ use crate::engine::plan::children::ObjectRef;
 use crate::ops::Observability;
 
 /// The field manager of every apply.
-pub const FIELD_MANAGER: &str = "ruleop";
+pub(crate) const FIELD_MANAGER: &str = "ruleop";
 
 /// A failed write.
 #[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
+pub(crate) enum ApplyError {
     /// A kind the rule declares is not known to the API server (it was not resolved).
     #[error("{0} is not a resolved kind")]
     UnknownKind(String),
@@ -117,7 +117,7 @@ pub enum ApplyError {
 
 impl ApplyError {
     /// A CamelCase reason for conditions, Events and metrics.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             ApplyError::UnknownKind(_) => "UnknownKind",
             ApplyError::Child { .. } => "ApplyFailed",
@@ -144,7 +144,7 @@ impl ApplyError {
 /// action is due again, or apply a child it created a moment before once more (a second write
 /// and a second Event for nothing).
 #[derive(Debug, Default)]
-pub struct WrittenParents {
+pub(crate) struct WrittenParents {
     parents: std::sync::Mutex<std::collections::HashMap<String, Value>>,
     children: std::sync::Mutex<std::collections::HashMap<String, std::collections::HashMap<ObjectRef, Option<u64>>>>,
 }
@@ -176,7 +176,7 @@ impl WrittenParents {
     /// Forgets what we wrote for parent `uid` once the cache holds that version or a newer one
     /// (the parent watch delivered it), rather than at the parent's next reconcile, which may be
     /// a resync period away.
-    pub fn caught_up(&self, uid: &str, cached_version: Option<&str>) {
+    pub(crate) fn caught_up(&self, uid: &str, cached_version: Option<&str>) {
         let Some(cached) = cached_version.and_then(|v| v.parse::<u64>().ok()) else {
             return;
         };
@@ -192,7 +192,7 @@ impl WrittenParents {
 
     /// Remembers a write to a child of parent `uid`: the resourceVersion it returned, `None`
     /// for a delete.
-    pub fn record_child(&self, uid: &str, target: &ObjectRef, version: Option<u64>) {
+    pub(crate) fn record_child(&self, uid: &str, target: &ObjectRef, version: Option<u64>) {
         if let Ok(mut children) = self.children.lock() {
             children
                 .entry(uid.to_owned())
@@ -204,7 +204,7 @@ impl WrittenParents {
     /// Whether `cached` (the parent's children in the caches) lacks one of our child writes:
     /// an object older than we wrote it, or one we deleted still there. Forgets the writes the
     /// caches have caught up with.
-    pub fn children_unseen(&self, uid: &str, cached: &[Value]) -> bool {
+    pub(crate) fn children_unseen(&self, uid: &str, cached: &[Value]) -> bool {
         let Ok(mut children) = self.children.lock() else {
             return false;
         };
@@ -228,7 +228,7 @@ impl WrittenParents {
     }
 
     /// Forgets one parent (it was deleted).
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         if let Ok(mut written) = self.parents.lock() {
             written.remove(uid);
         }
@@ -238,7 +238,7 @@ impl WrittenParents {
     }
 
     /// Keeps only these parents (the others are gone).
-    pub fn retain(&self, live: &std::collections::HashSet<String>) {
+    pub(crate) fn retain(&self, live: &std::collections::HashSet<String>) {
         if let Ok(mut written) = self.parents.lock() {
             written.retain(|uid, _| live.contains(uid));
         }
@@ -248,12 +248,13 @@ impl WrittenParents {
     }
 
     /// Parents remembered (in either map).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.parents.lock().map_or(0, |written| written.len()) + self.children.lock().map_or(0, |c| c.len())
     }
 
     /// Whether no parent is remembered.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -266,7 +267,7 @@ impl WrittenParents {
     /// deliver our status write between the two reads: the cache read would miss it and the
     /// record would be gone, and the reconcile would plan on the parent from before its own
     /// last write (an action's run unrecorded, decided a second time: a `POST` meeting 409).
-    pub fn newest(&self, uid: &str, read_cached: impl FnOnce() -> Option<Value>) -> Option<Value> {
+    pub(crate) fn newest(&self, uid: &str, read_cached: impl FnOnce() -> Option<Value>) -> Option<Value> {
         let ours = self.parents.lock().ok().and_then(|written| written.get(uid).cloned());
         let cached = read_cached()?;
         match ours {
@@ -288,7 +289,7 @@ impl WrittenParents {
 }
 
 /// What the apply layer needs: a client, resolved kinds, the Event recorder and counters.
-pub struct Cluster<'a> {
+pub(crate) struct Cluster<'a> {
     /// The API client.
     pub client: &'a Client,
     /// Resolved kinds.
@@ -311,14 +312,14 @@ pub struct Cluster<'a> {
 
 impl Cluster<'_> {
     /// The served kind of `(apiVersion, kind)`.
-    pub fn kind(&self, api_version: &str, kind: &str) -> Result<&ServedKind, ApplyError> {
+    pub(crate) fn kind(&self, api_version: &str, kind: &str) -> Result<&ServedKind, ApplyError> {
         self.kinds
             .get(api_version, kind)
             .ok_or_else(|| ApplyError::UnknownKind(format!("{api_version} {kind}")))
     }
 
     /// An API handle for objects of a kind in a namespace.
-    pub fn api(&self, api_version: &str, kind: &str, namespace: &str) -> Result<Api<DynamicObject>, ApplyError> {
+    pub(crate) fn api(&self, api_version: &str, kind: &str, namespace: &str) -> Result<Api<DynamicObject>, ApplyError> {
         let served = self.kind(api_version, kind)?;
         Ok(if served.namespaced {
             Api::namespaced_with(self.client.clone(), namespace, &served.resource)
@@ -328,12 +329,12 @@ impl Cluster<'_> {
     }
 
     /// Counts one write request.
-    pub fn count_write(&self, verb: &str, kind: &str) {
+    pub(crate) fn count_write(&self, verb: &str, kind: &str) {
         self.observability.metrics.api_write(verb, kind);
     }
 
     /// Server-side applies `spec.parentMetadata`'s labels and annotations onto the parent.
-    pub async fn apply_parent_metadata(&self, parent: &ParentHandle, apply: &Value) -> Result<(), ApplyError> {
+    pub(crate) async fn apply_parent_metadata(&self, parent: &ParentHandle, apply: &Value) -> Result<(), ApplyError> {
         self.count_write("PATCH", &parent.kind);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         parent
@@ -345,7 +346,7 @@ impl Cluster<'_> {
     }
 
     /// Merge-patches the parent's status subresource and returns the updated parent.
-    pub async fn patch_status(&self, parent: &ParentHandle, patch: &Value) -> Result<Value, kube::Error> {
+    pub(crate) async fn patch_status(&self, parent: &ParentHandle, patch: &Value) -> Result<Value, kube::Error> {
         self.count_write("PATCH", &format!("{}/status", parent.kind));
         let updated = parent
             .api
@@ -366,7 +367,7 @@ impl Cluster<'_> {
 }
 
 /// The parent being reconciled.
-pub struct ParentHandle {
+pub(crate) struct ParentHandle {
     /// Its API (namespaced).
     pub api: Api<DynamicObject>,
     /// Its name.

@@ -18,7 +18,7 @@ use crate::engine::rules::Rule;
 /// Applies a plan: children, prune, actions, then status. Returns whether an action's run was
 /// recorded (its status writes supersede the plan's status patch, which the next reconcile
 /// recomputes); a request still in flight queues the parent itself when it is answered.
-pub async fn apply_plan(
+pub(crate) async fn apply_plan(
     cluster: &Cluster<'_>,
     handle: &ParentHandle,
     rule: &Rule,
@@ -206,7 +206,7 @@ fn hold_drift_repairs(
 
 /// Writes `Ready=False` with the reason (only when that changes the status) and an Event then;
 /// for a rule that writes no status, the Event alone (repeats join its series).
-pub async fn report_failure(
+pub(crate) async fn report_failure(
     cluster: &Cluster<'_>,
     handle: &ParentHandle,
     rule: &Rule,

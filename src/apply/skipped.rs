@@ -13,7 +13,7 @@ use crate::ops::Observability;
 
 /// Merge-patches the parent's status to `Ready=False` (`why`), stamped `now`. A parent ruleop
 /// does not cache is not reconciled, so nothing else writes its conditions meanwhile.
-pub async fn mark_parent(
+pub(crate) async fn mark_parent(
     client: Client,
     parent: &ServedKind,
     metadata: &ObjectMeta,

@@ -9,11 +9,11 @@ use serde_json::{Map, Value, json};
 use super::{Cluster, ParentHandle};
 
 /// The condition that reports refused status fields.
-pub const STATUS_FIELDS_VALID: &str = "StatusFieldsValid";
+pub(crate) const STATUS_FIELDS_VALID: &str = "StatusFieldsValid";
 
 /// Sends the plan's status patch for `parent` (as last read), dropping fields the API server
 /// refuses; returns the parent as written.
-pub async fn write_status(
+pub(crate) async fn write_status(
     cluster: &Cluster<'_>,
     handle: &ParentHandle,
     parent: &Value,

@@ -51,7 +51,7 @@ impl Entry {
 
 /// Children of one kind by parent.
 #[derive(Debug)]
-pub struct ChildIndex {
+pub(crate) struct ChildIndex {
     children: RwLock<Children>,
     /// Outlives relists: every object held was packed by it.
     packer: Packer,
@@ -103,7 +103,7 @@ impl Children {
 
 impl ChildIndex {
     /// Applies one watch event.
-    pub fn apply(&self, event: &Event<DynamicObject>) {
+    pub(crate) fn apply(&self, event: &Event<DynamicObject>) {
         let Ok(mut children) = self.children.write() else {
             return;
         };
@@ -129,7 +129,7 @@ impl ChildIndex {
     }
 
     /// The children of the parent with this UID, as JSON values.
-    pub fn children_of(&self, parent_uid: &str) -> Vec<serde_json::Value> {
+    pub(crate) fn children_of(&self, parent_uid: &str) -> Vec<serde_json::Value> {
         let texts: Vec<Packed> = self
             .children
             .read()
@@ -140,17 +140,12 @@ impl ChildIndex {
     }
 
     /// Objects cached (the last complete list and the events since).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.children.read().map_or(0, |children| children.len())
     }
 
-    /// Whether nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Becomes true once the first list completed.
-    pub fn synced(&self) -> watch::Receiver<bool> {
+    pub(crate) fn synced(&self) -> watch::Receiver<bool> {
         self.synced.subscribe()
     }
 }

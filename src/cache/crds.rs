@@ -12,7 +12,7 @@ use crate::engine::schema::Catalog;
 /// The schemas read, and what identifies them (CRD names and resource versions): equal
 /// fingerprints mean nothing changed since the last check.
 #[derive(Debug, Default)]
-pub struct LiveSchemas {
+pub(crate) struct LiveSchemas {
     /// The CRDs' schemas.
     pub catalog: Catalog,
     /// `name@resourceVersion` of every CRD read, sorted.
@@ -20,7 +20,7 @@ pub struct LiveSchemas {
 }
 
 /// The names of the CRDs of the custom kinds `set` watches, as discovery resolved them.
-pub fn crd_names(set: &RuleSet, kinds: &Kinds) -> Vec<String> {
+pub(crate) fn crd_names(set: &RuleSet, kinds: &Kinds) -> Vec<String> {
     let mut names: Vec<String> = set
         .rules
         .iter()
@@ -37,7 +37,7 @@ pub fn crd_names(set: &RuleSet, kinds: &Kinds) -> Vec<String> {
 /// Reads the CRDs of the kinds `set` watches. A CRD that is gone is left out (its rule then
 /// has no schema); an API error (no permission, a timeout) fails the read, and the caller
 /// goes on without a schema check rather than holding the rules back.
-pub async fn read(client: &Client, set: &RuleSet, kinds: &Kinds) -> Result<LiveSchemas, kube::Error> {
+pub(crate) async fn read(client: &Client, set: &RuleSet, kinds: &Kinds) -> Result<LiveSchemas, kube::Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut live = LiveSchemas::default();
     let mut seen = Vec::new();

@@ -11,7 +11,7 @@ use crate::engine::rules::RuleSet;
 /// A declared kind the API server does not serve.
 #[derive(Debug, thiserror::Error)]
 #[error("rule {rule:?}: {api_version} {kind} is not served by the API server: {source}")]
-pub struct UnknownKind {
+pub(crate) struct UnknownKind {
     /// The rule declaring it.
     pub rule: String,
     /// Its apiVersion.
@@ -26,7 +26,7 @@ pub struct UnknownKind {
 /// A kind a rule names that discovery has not resolved (the caller resolves before it starts).
 #[derive(Debug, thiserror::Error)]
 #[error("{api_version} {kind} was not resolved through discovery")]
-pub struct NotResolved {
+pub(crate) struct NotResolved {
     /// Its apiVersion.
     pub api_version: String,
     /// Its kind.
@@ -35,7 +35,7 @@ pub struct NotResolved {
 
 /// A served kind.
 #[derive(Debug, Clone)]
-pub struct ServedKind {
+pub(crate) struct ServedKind {
     /// The resource (plural, group, version).
     pub resource: ApiResource,
     /// Whether objects live in namespaces.
@@ -44,18 +44,18 @@ pub struct ServedKind {
 
 /// Every kind the current rules use, resolved.
 #[derive(Debug, Clone, Default)]
-pub struct Kinds {
+pub(crate) struct Kinds {
     served: HashMap<(String, String), ServedKind>,
 }
 
 impl Kinds {
     /// The served kind for `(apiVersion, kind)`, if resolved.
-    pub fn get(&self, api_version: &str, kind: &str) -> Option<&ServedKind> {
+    pub(crate) fn get(&self, api_version: &str, kind: &str) -> Option<&ServedKind> {
         self.served.get(&(api_version.to_owned(), kind.to_owned()))
     }
 
     /// Like [`Kinds::get`], an error when it was not resolved.
-    pub fn resolved(&self, api_version: &str, kind: &str) -> Result<&ServedKind, NotResolved> {
+    pub(crate) fn resolved(&self, api_version: &str, kind: &str) -> Result<&ServedKind, NotResolved> {
         self.get(api_version, kind).ok_or_else(|| NotResolved {
             api_version: api_version.to_owned(),
             kind: kind.to_owned(),
@@ -65,7 +65,7 @@ impl Kinds {
     /// Resolves every watched, owned and looked-up kind of `set`, reusing what is already known.
     /// A rule naming a kind that is not served is returned (its first such kind); the other
     /// rules' kinds are resolved all the same, so one missing CRD holds back only its rules.
-    pub async fn resolve(&mut self, client: &Client, set: &RuleSet) -> Vec<UnknownKind> {
+    pub(crate) async fn resolve(&mut self, client: &Client, set: &RuleSet) -> Vec<UnknownKind> {
         let mut waiting = Vec::new();
         for rule in &set.rules {
             let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());

@@ -25,11 +25,11 @@ use crate::engine::plan::lookups::{ALL_NAMESPACES, LookupKey, LookupSource};
 use crate::engine::rules::Rule;
 
 /// A parent of one rule: (namespace, name).
-pub type ParentKey = (String, String);
+pub(crate) type ParentKey = (String, String);
 
 /// Looked-up object -> parents whose last plan read it.
 #[derive(Debug, Default)]
-pub struct LookupIndex {
+pub(crate) struct LookupIndex {
     inner: Mutex<IndexInner>,
 }
 
@@ -41,7 +41,7 @@ struct IndexInner {
 
 impl LookupIndex {
     /// Replaces what `parent` read with `keys` (its latest plan's lookups).
-    pub fn record(&self, parent: ParentKey, keys: Vec<LookupKey>) {
+    pub(crate) fn record(&self, parent: ParentKey, keys: Vec<LookupKey>) {
         let Ok(mut inner) = self.inner.lock() else { return };
         inner.unlink(&parent);
         for key in &keys {
@@ -53,7 +53,7 @@ impl LookupIndex {
     }
 
     /// Forgets a parent (deleted).
-    pub fn forget(&self, parent: &ParentKey) {
+    pub(crate) fn forget(&self, parent: &ParentKey) {
         if let Ok(mut inner) = self.inner.lock() {
             inner.unlink(parent);
         }
@@ -61,7 +61,7 @@ impl LookupIndex {
 
     /// The parents whose last plan read the object of `key` by name, or listed its namespace
     /// (or every namespace): each once.
-    pub fn readers_covering(&self, key: &LookupKey, namespaced: bool) -> Vec<ParentKey> {
+    pub(crate) fn readers_covering(&self, key: &LookupKey, namespaced: bool) -> Vec<ParentKey> {
         let list = |namespace: &str| LookupKey {
             namespace: namespace.to_owned(),
             name: String::new(),
@@ -78,7 +78,7 @@ impl LookupIndex {
     }
 
     /// The parents whose last plan read `key`.
-    pub fn readers(&self, key: &LookupKey) -> Vec<ParentKey> {
+    pub(crate) fn readers(&self, key: &LookupKey) -> Vec<ParentKey> {
         self.inner
             .lock()
             .ok()
@@ -110,7 +110,7 @@ struct Cache {
 
 /// The caches of one rule's looked-up kinds, the index of who read what, and whether every cache
 /// has listed.
-pub struct RuleLookups {
+pub(crate) struct RuleLookups {
     caches: HashMap<(String, String), Cache>,
     /// Who read what.
     pub index: Arc<LookupIndex>,
@@ -119,19 +119,19 @@ pub struct RuleLookups {
 
 impl RuleLookups {
     /// Waits until every cache has listed: a plan on an unlisted cache would see every lookup absent.
-    pub async fn wait_synced(&self) {
+    pub(crate) async fn wait_synced(&self) {
         let _ = self.synced.clone().wait_for(|synced| *synced).await;
     }
 
     /// Objects cached per looked-up kind.
-    pub fn cached_objects(&self) -> impl Iterator<Item = (&str, usize)> {
+    pub(crate) fn cached_objects(&self) -> impl Iterator<Item = (&str, usize)> {
         self.caches
             .values()
             .map(|cache| (cache.resource.kind.as_str(), cache.store.len()))
     }
 
     /// A source that remembers what a plan reads.
-    pub fn recording(&self) -> Recording<'_> {
+    pub(crate) fn recording(&self) -> Recording<'_> {
         Recording {
             lookups: self,
             read: Mutex::new(Vec::new()),
@@ -188,7 +188,7 @@ impl LookupSource for RuleLookups {
 }
 
 /// A [`LookupSource`] that remembers every key read, for the index.
-pub struct Recording<'a> {
+pub(crate) struct Recording<'a> {
     lookups: &'a RuleLookups,
     read: Mutex<Vec<LookupKey>>,
 }
@@ -196,7 +196,7 @@ pub struct Recording<'a> {
 impl Recording<'_> {
     /// Records what was read as `parent`'s lookups (also when the plan failed: a fix to the
     /// looked-up object must reach the parent).
-    pub fn commit(self, parent: ParentKey) {
+    pub(crate) fn commit(self, parent: ParentKey) {
         let keys = self.read.into_inner().unwrap_or_default();
         self.lookups.index.record(parent, keys);
     }
@@ -226,7 +226,7 @@ impl LookupSource for Recording<'_> {
 /// label selector). Returns the lookups and the stream of parents
 /// to re-reconcile (the readers of each changed object; readers no longer in `parents` are
 /// forgotten). No lookups: no cache, an empty stream.
-pub fn start(
+pub(crate) fn start(
     rule: &Rule,
     kinds: &Kinds,
     parent_resource: &ApiResource,

@@ -1,10 +1,10 @@
 //! What ruleop knows of the cluster: the kinds it serves (discovery) and their CRDs' schemas, and tolerant watch streams
 //! feeding compressed caches of parents, children and looked-up objects.
 
-pub mod children;
-pub mod crds;
-pub mod discovery;
-pub mod lookups;
-pub mod packed;
-pub mod parents;
-pub mod watch;
+pub(crate) mod children;
+pub(crate) mod crds;
+pub(crate) mod discovery;
+pub(crate) mod lookups;
+pub(crate) mod packed;
+pub(crate) mod parents;
+pub(crate) mod watch;

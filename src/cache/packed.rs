@@ -21,13 +21,13 @@ const MAX_DICTIONARY: usize = 16 * 1024;
 /// Packs and unpacks the objects of one cache against one dictionary, fixed at the first object
 /// packed for the packer's lifetime (a [`Packed`] is read only by the packer that made it).
 #[derive(Debug, Default)]
-pub struct Packer {
+pub(crate) struct Packer {
     dictionary: OnceLock<Box<[u8]>>,
 }
 
 impl Packer {
     /// Serializes and compresses `value`; `None` if it does not serialize.
-    pub fn pack<T: Serialize + ?Sized>(&self, value: &T) -> Option<Packed> {
+    pub(crate) fn pack<T: Serialize + ?Sized>(&self, value: &T) -> Option<Packed> {
         let text = serde_json::to_vec(value).ok()?;
         let dictionary = self
             .dictionary
@@ -37,7 +37,7 @@ impl Packer {
     }
 
     /// Decompresses and parses an object this packer packed; `None` if it does not parse as `T`.
-    pub fn unpack<T: DeserializeOwned>(&self, packed: &Packed) -> Option<T> {
+    pub(crate) fn unpack<T: DeserializeOwned>(&self, packed: &Packed) -> Option<T> {
         let dictionary = self.dictionary.get()?;
         let text = lz4_flex::block::decompress_size_prepended_with_dict(&packed.0, dictionary).ok()?;
         serde_json::from_slice(&text).ok()
@@ -46,17 +46,13 @@ impl Packer {
 
 /// One object as compressed JSON text; cheap to clone (shared).
 #[derive(Debug, Clone)]
-pub struct Packed(Arc<[u8]>);
+pub(crate) struct Packed(Arc<[u8]>);
 
 impl Packed {
     /// Bytes held (compressed).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
-    }
-
-    /// Whether nothing is held (never, for a packed object).
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 

@@ -26,7 +26,7 @@ struct Bodies {
 
 /// The parents' JSON text by `namespace/name`.
 #[derive(Debug, Default)]
-pub struct ParentIndex {
+pub(crate) struct ParentIndex {
     bodies: RwLock<Bodies>,
     /// Outlives relists: every body held was packed by it.
     packer: Packer,
@@ -47,9 +47,15 @@ fn stub(object: &mut DynamicObject) {
 }
 
 impl ParentIndex {
+    /// Parents cached.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.bodies.read().map_or(0, |bodies| bodies.by_key.len())
+    }
+
     /// Takes the body of each object of a parent watch event into the index, leaving the event
     /// with the objects' metadata (see [`stub`]), before kube-runtime's store sees it.
-    pub fn take(&self, event: &mut Event<DynamicObject>) {
+    pub(crate) fn take(&self, event: &mut Event<DynamicObject>) {
         let Ok(mut bodies) = self.bodies.write() else {
             return;
         };
@@ -80,7 +86,7 @@ impl ParentIndex {
 
     /// The parent `namespace/name` as JSON, with its apiVersion and kind (objects from a LIST
     /// carry none); `None` when it is not cached (deleted a moment ago).
-    pub fn get(&self, namespace: &str, name: &str, resource: &kube::discovery::ApiResource) -> Option<Value> {
+    pub(crate) fn get(&self, namespace: &str, name: &str, resource: &kube::discovery::ApiResource) -> Option<Value> {
         let body = self
             .bodies
             .read()
@@ -93,16 +99,6 @@ impl ParentIndex {
         map.insert("apiVersion".to_owned(), Value::from(resource.api_version.clone()));
         map.insert("kind".to_owned(), Value::from(resource.kind.clone()));
         Some(parent)
-    }
-
-    /// Parents cached.
-    pub fn len(&self) -> usize {
-        self.bodies.read().map_or(0, |bodies| bodies.by_key.len())
-    }
-
-    /// Whether no parent is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -37,7 +37,7 @@ const MAX_REPORTED: usize = 10_000;
 
 /// An object from a LIST or watch: decoded, or only its metadata and why the rest failed.
 #[derive(Debug, Clone)]
-pub enum Tolerant {
+pub(crate) enum Tolerant {
     /// A decoded object.
     Object {
         /// The object.
@@ -56,7 +56,7 @@ pub enum Tolerant {
 
 impl Tolerant {
     /// Decodes one object's JSON text, leaving out what the engine never reads (see [`Slim`]).
-    pub fn from_json(text: &str) -> Tolerant {
+    pub(crate) fn from_json(text: &str) -> Tolerant {
         match serde_json::from_str::<Slim>(text) {
             Ok(Slim(object)) => Tolerant::Object {
                 object,
@@ -104,14 +104,14 @@ impl Tolerant {
 }
 
 /// kubectl's copy of the whole object it last applied, in an annotation.
-pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// An object decoded for the caches: `metadata.managedFields` (often half an object: it mirrors
 /// the nesting of every field it covers, once per field manager), `metadata.selfLink` and
 /// kubectl's last-applied annotation (a second copy of the object) are skipped while decoding,
 /// so they are never built, not even for the objects of a LIST page being decoded at once.
 /// (`DynamicObject`'s own decode buffers the whole object first, for its flattened fields.)
-pub struct Slim(pub DynamicObject);
+pub(crate) struct Slim(pub DynamicObject);
 
 /// [`ObjectMeta`] without `managedFields` and `selfLink` (serde skips unknown keys unbuilt).
 #[derive(Deserialize)]
@@ -258,7 +258,7 @@ impl Resource for Tolerant {
 
 /// Why a watched object is not cached.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Skipped {
+pub(crate) enum Skipped {
     /// It does not decode (the error, bounded).
     Undecodable(String),
     /// Its JSON text is over `ruleop run --max-object-size`.
@@ -272,7 +272,7 @@ pub enum Skipped {
 
 impl Skipped {
     /// The Event and condition reason: `Undecodable` or `ObjectTooLarge`.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Skipped::Undecodable(_) => "Undecodable",
             Skipped::TooLarge { .. } => "ObjectTooLarge",
@@ -280,7 +280,7 @@ impl Skipped {
     }
 
     /// What a tenant reads (Event note, condition message) about their object of `kind`.
-    pub fn message(&self, kind: &str) -> String {
+    pub(crate) fn message(&self, kind: &str) -> String {
         match self {
             Skipped::Undecodable(error) => {
                 format!("ruleop cannot read this {kind}: {error}; it is not reconciled until it is fixed")
@@ -299,7 +299,7 @@ type OnSkipped = Box<dyn Fn(&ObjectMeta, &Skipped) + Send + Sync>;
 /// Reports objects that are skipped (they do not decode, or are over the size cap): a warning
 /// and a Warning Event on the object, once per generation (or version, for kinds without one), so a tenant's broken or oversized
 /// object is visible to them without flooding anyone.
-pub struct SkipReporter {
+pub(crate) struct SkipReporter {
     resource: ApiResource,
     recorder: Recorder,
     /// Objects whose JSON text is longer are not cached.
@@ -311,7 +311,7 @@ pub struct SkipReporter {
 impl SkipReporter {
     /// A reporter for objects of `resource` that skips those over `max_object_bytes`;
     /// `on_report` runs once per reported version (a metric, the parent's status).
-    pub fn new(
+    pub(crate) fn new(
         resource: ApiResource,
         recorder: Recorder,
         max_object_bytes: usize,
@@ -384,7 +384,7 @@ impl SkipReporter {
 }
 
 /// Parses `--max-object-size`: bytes, or a number with `Ki` or `Mi` (`256Ki`, `1Mi`).
-pub fn parse_size(text: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(at) => text.split_at(at),
@@ -507,7 +507,7 @@ async fn with_initial_list(api: &Api<Tolerant>, config: watcher::Config, initial
 /// readiness) up to date, probing with a one-item LIST while a silent recovery is pending. Its
 /// first list streams or pages as [`InitialList`] says; either way `InitDone` (readiness) comes
 /// only once every object was listed.
-pub fn watch(
+pub(crate) fn watch(
     api: Api<Tolerant>,
     config: watcher::Config,
     initial_list: InitialList,

@@ -78,6 +78,8 @@ Metrics to watch (at --admin-addr /metrics; `controller` and `rule` are the rule
   ruleop_shards_held, ruleop_shard_leader{shard}         with --shards: the sum of shards_held should be N
 Alerts and a Grafana dashboard: deploy/observability (a kustomize component).";
 
+// No `///` here or on the flattened fields: clap would make them help text.
+#[allow(missing_docs)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator: one controller per rule, reconciling every watched parent. Uses the

@@ -3,13 +3,13 @@
 //! (`reference`).
 
 pub mod cli;
-pub mod diff;
+pub(crate) mod diff;
 mod dispatch;
-pub mod live;
+pub(crate) mod live;
 pub mod offline;
-pub mod reference;
-pub mod ruletest;
-pub mod status;
-pub mod trace;
+pub(crate) mod reference;
+pub(crate) mod ruletest;
+pub(crate) mod status;
+pub(crate) mod trace;
 
 pub use dispatch::main;

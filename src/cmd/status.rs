@@ -23,7 +23,7 @@ const LISTED: usize = 5;
 /// What `ruleop status` reports.
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Status {
+pub(crate) struct Status {
     /// The `ruleop-status` ConfigMap: state, rules in force, errors, fingerprint, updatedAt.
     pub reload: BTreeMap<String, String>,
     /// Leases of ruleop in the status namespace: name → holder (empty: nobody holds it).
@@ -35,7 +35,7 @@ pub struct Status {
 /// One rule's parents.
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RuleStatus {
+pub(crate) struct RuleStatus {
     /// The rule's name.
     pub name: String,
     /// `apiVersion kind` it watches.
@@ -54,7 +54,7 @@ pub struct RuleStatus {
 /// A parent worth naming.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Parent {
+pub(crate) struct Parent {
     /// `namespace/name`.
     pub name: String,
     /// The Ready condition's lastTransitionTime (or the generations, for one behind).
@@ -67,7 +67,7 @@ pub struct Parent {
 
 /// Where to look and how to print it.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// Namespace of the `ruleop-status` ConfigMap and the Leases.
     pub status_namespace: String,
     /// Only parents in this namespace (default: all).
@@ -78,7 +78,7 @@ pub struct Options {
 
 /// `ruleop status`; returns the exit code (0 everything Ready and the last reload Loaded, 1 not,
 /// 2 on error).
-pub fn command(sources: &Sources, options: &Options) -> u8 {
+pub(crate) fn command(sources: &Sources, options: &Options) -> u8 {
     let Some(set) = crate::cmd::live::load_rules(sources, "rules") else {
         return 2;
     };
@@ -102,7 +102,7 @@ pub fn command(sources: &Sources, options: &Options) -> u8 {
 }
 
 /// Whether the last reload was loaded and every parent is Ready.
-pub fn healthy(status: &Status) -> bool {
+pub(crate) fn healthy(status: &Status) -> bool {
     status.reload.get("state").is_some_and(|s| s == "Loaded")
         && status
             .rules
@@ -196,7 +196,7 @@ fn summarise(summary: &mut RuleStatus, parents: &[Value]) {
 }
 
 /// The report as text.
-pub fn text(status: &Status, status_namespace: &str) -> String {
+pub(crate) fn text(status: &Status, status_namespace: &str) -> String {
     let field = |key: &str| status.reload.get(key).map_or("", String::as_str);
     let mut out = String::new();
     if status.reload.is_empty() {

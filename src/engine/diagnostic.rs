@@ -98,18 +98,18 @@ impl fmt::Display for Diagnostics {
 }
 
 /// The 1-based column of a byte offset in `source`.
-pub fn column_of(source: &str, byte_offset: usize) -> u64 {
+pub(crate) fn column_of(source: &str, byte_offset: usize) -> u64 {
     let offset = byte_offset.min(source.len());
     let line_start = source[..offset].rfind('\n').map_or(0, |i| i + 1);
     source[line_start..offset].chars().count() as u64 + 1
 }
 
 /// How many bytes of a message may reach a status condition, an Event or a log line.
-pub const MESSAGE_LIMIT: usize = 2048;
+pub(crate) const MESSAGE_LIMIT: usize = 2048;
 
 /// `text` cut to at most `limit` bytes (on a character boundary), with an ellipsis and the full
 /// size when something was cut: user values must never be echoed unbounded.
-pub fn bounded(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
+pub(crate) fn bounded(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= limit {
         return std::borrow::Cow::Borrowed(text);
     }

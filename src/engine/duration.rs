@@ -7,10 +7,10 @@ use std::time::Duration;
 
 /// The shortest resync period a rule or flag may ask for: below it every parent would requeue
 /// in a hot loop.
-pub const MIN_RESYNC: Duration = Duration::from_secs(1);
+pub(crate) const MIN_RESYNC: Duration = Duration::from_secs(1);
 
 /// Parses a non-negative duration such as `30s`, `10m`, `1h30m` or `500ms`.
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Err("empty duration".to_owned());
@@ -26,7 +26,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// Parses a duration and refuses one shorter than `floor`.
-pub fn parse_at_least(text: &str, floor: Duration) -> Result<Duration, String> {
+pub(crate) fn parse_at_least(text: &str, floor: Duration) -> Result<Duration, String> {
     let duration = parse(text)?;
     if duration < floor {
         return Err(format!(

@@ -1,14 +1,17 @@
 //! The pure engine: rules in, plans out. Loading, templates, planning and the built-in kinds are
 //! functions of values; nothing here holds a client, a runtime or a file watcher.
 
-pub mod diagnostic;
-pub mod duration;
-pub mod egress;
+pub(crate) mod diagnostic;
+pub(crate) mod duration;
+// Left `pub` and unlinted until the egress work in progress on main lands (then `cargo fix`
+// makes it `pub(crate)` and the compiler tells whether `decide` is still needed).
+#[allow(unreachable_pub, dead_code)]
+pub(crate) mod egress;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod plan;
-pub mod rbac;
+pub(crate) mod rbac;
 pub mod rules;
-pub mod schema;
-pub mod template;
-pub mod yaml;
+pub(crate) mod schema;
+pub(crate) mod template;
+pub(crate) mod yaml;

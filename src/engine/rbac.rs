@@ -24,10 +24,10 @@ use crate::engine::rules::RuleSet;
 use crate::engine::rules::model::HeaderValue;
 
 /// Name of the generated ClusterRole.
-pub const CLUSTER_ROLE: &str = "ruleop";
+pub(crate) const CLUSTER_ROLE: &str = "ruleop";
 
 /// The ClusterRole for `set`, as a JSON value.
-pub fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) -> Result<Value, String> {
+pub(crate) fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), String>) -> Result<Value, String> {
     let mut verbs: BTreeMap<(String, String), BTreeSet<&str>> = BTreeMap::new();
     let mut grant = |api_version: &str, kind: &str, suffix: &str, add: &[&'static str]| -> Result<(), String> {
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g).to_owned();

@@ -9,7 +9,7 @@ use serde_json::Value;
 /// A YAML syntax or type error with its 1-based position in the parsed text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct YamlError {
+pub(crate) struct YamlError {
     /// What is wrong, without the position.
     pub message: String,
     /// 1-based line, when known.
@@ -20,7 +20,7 @@ pub struct YamlError {
 
 impl YamlError {
     /// Converts a serde-saphyr error, splitting its position from its message.
-    pub fn from_saphyr(err: &serde_saphyr::Error) -> Self {
+    pub(crate) fn from_saphyr(err: &serde_saphyr::Error) -> Self {
         let plain = err.render_with_options(serde_saphyr::render_options! {
             snippets: serde_saphyr::SnippetMode::Off,
         });
@@ -38,7 +38,7 @@ impl YamlError {
 }
 
 /// Parser options matching sigs.k8s.io/yaml's YAML 1.1 scalar resolution.
-pub fn kubernetes_options() -> serde_saphyr::Options {
+pub(crate) fn kubernetes_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         legacy_octal_numbers: true,
         strict_booleans: false,
@@ -46,12 +46,13 @@ pub fn kubernetes_options() -> serde_saphyr::Options {
 }
 
 /// Parses a typed value with Kubernetes scalar semantics.
-pub fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, YamlError> {
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, YamlError> {
     serde_saphyr::from_str_with_options(text, kubernetes_options()).map_err(|e| YamlError::from_saphyr(&e))
 }
 
 /// Parses every non-empty document of a multi-document stream into JSON values.
-pub fn documents(text: &str) -> Result<Vec<Value>, YamlError> {
+pub(crate) fn documents(text: &str) -> Result<Vec<Value>, YamlError> {
     let docs: Vec<Value> =
         serde_saphyr::from_multiple_with_options(text, kubernetes_options()).map_err(|e| YamlError::from_saphyr(&e))?;
     Ok(docs
@@ -62,7 +63,7 @@ pub fn documents(text: &str) -> Result<Vec<Value>, YamlError> {
 }
 
 /// Serialises a value as YAML for people to read (`ruleop render`).
-pub fn to_string(value: &Value) -> String {
+pub(crate) fn to_string(value: &Value) -> String {
     serde_saphyr::to_string(value).unwrap_or_else(|e| format!("# cannot print as YAML: {e}\n{value}\n"))
 }
 

@@ -31,18 +31,18 @@ use tower::{BoxError, Layer, Service};
 use tracing::{info, warn};
 
 /// Defaults of Kubernetes' own controllers (kube-controller-manager, client-go).
-pub const DEFAULT_LEASE_DURATION: &str = "15s";
+pub(crate) const DEFAULT_LEASE_DURATION: &str = "15s";
 /// How long the holder keeps writing without a successful renewal.
-pub const DEFAULT_RENEW_DEADLINE: &str = "10s";
+pub(crate) const DEFAULT_RENEW_DEADLINE: &str = "10s";
 /// Time between attempts to acquire or renew.
-pub const DEFAULT_RETRY_PERIOD: &str = "2s";
+pub(crate) const DEFAULT_RETRY_PERIOD: &str = "2s";
 
 /// The most shards `--shards` accepts (a Lease each, renewed every retry period by its holder).
-pub const MAX_SHARDS: u32 = 256;
+pub(crate) const MAX_SHARDS: u32 = 256;
 
 /// Leader election of `ruleop run`: which lease, who we are, and its timing.
 #[derive(Debug, Clone)]
-pub struct Election {
+pub(crate) struct Election {
     /// Namespace of the Lease.
     pub namespace: String,
     /// Name of the Lease.
@@ -77,7 +77,7 @@ impl Timing {
 }
 
 /// Who we are to other replicas: the pod name (downward API), else hostname and pid.
-pub fn identity() -> String {
+pub(crate) fn identity() -> String {
     if let Ok(pod) = std::env::var("POD_NAME")
         && !pod.is_empty()
     {
@@ -95,7 +95,7 @@ pub fn identity() -> String {
 /// Whether this process may write now. Closed by time: it needs no task to close it, so a
 /// starved or stuck renewal cannot leave it open.
 #[derive(Debug)]
-pub struct Fence {
+pub(crate) struct Fence {
     origin: Instant,
     /// Milliseconds after `origin` until which writes pass; 0 is closed, `u64::MAX` always open.
     until_ms: AtomicU64,
@@ -103,7 +103,7 @@ pub struct Fence {
 
 impl Fence {
     /// A fence that never closes (no leader election).
-    pub fn open() -> Arc<Self> {
+    pub(crate) fn open() -> Arc<Self> {
         Arc::new(Fence {
             origin: Instant::now(),
             until_ms: AtomicU64::new(u64::MAX),
@@ -111,7 +111,7 @@ impl Fence {
     }
 
     /// A fence that lets nothing through until [`Fence::extend`].
-    pub fn closed() -> Arc<Self> {
+    pub(crate) fn closed() -> Arc<Self> {
         Arc::new(Fence {
             origin: Instant::now(),
             until_ms: AtomicU64::new(0),
@@ -119,7 +119,7 @@ impl Fence {
     }
 
     /// Whether a write may start now.
-    pub fn holds(&self) -> bool {
+    pub(crate) fn holds(&self) -> bool {
         self.holds_at(Instant::now())
     }
 
@@ -129,13 +129,13 @@ impl Fence {
     }
 
     /// Lets writes through until `until`.
-    pub fn extend(&self, until: Instant) {
+    pub(crate) fn extend(&self, until: Instant) {
         let ms = (until.saturating_duration_since(self.origin).as_millis() as u64).clamp(1, u64::MAX - 1);
         self.until_ms.store(ms, Ordering::Release);
     }
 
     /// Stops every write from now on.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.until_ms.store(0, Ordering::Release);
     }
 }
@@ -143,10 +143,10 @@ impl Fence {
 /// The error of a write refused by the fence.
 #[derive(Debug, thiserror::Error)]
 #[error("not sent: this replica does not hold the lease (fenced)")]
-pub struct Fenced;
+pub(crate) struct Fenced;
 
 /// Whether `error`, or any error in its source chain, is a write refused by the fence.
-pub fn is_fenced(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_fenced(error: &(dyn std::error::Error + 'static)) -> bool {
     std::iter::successors(Some(error), |e| e.source()).any(|e| e.is::<Fenced>())
 }
 
@@ -154,7 +154,7 @@ pub fn is_fenced(error: &(dyn std::error::Error + 'static)) -> bool {
 /// OPTIONS, or a dry run) while the fence is closed: children, status, actions, Events and `ruleop-status`
 /// all go through it, so nothing is forgotten.
 #[derive(Debug, Clone)]
-pub struct FenceLayer(pub Arc<Fence>);
+pub(crate) struct FenceLayer(pub Arc<Fence>);
 
 impl<S> Layer<S> for FenceLayer {
     type Service = FencedService<S>;
@@ -169,7 +169,7 @@ impl<S> Layer<S> for FenceLayer {
 
 /// The service of [`FenceLayer`].
 #[derive(Debug, Clone)]
-pub struct FencedService<S> {
+pub(crate) struct FencedService<S> {
     inner: S,
     fence: Arc<Fence>,
 }
@@ -209,7 +209,7 @@ where
 
 /// Two clients of one configuration: one whose writes pass `fence` (for everything the
 /// operator does) and one without (for the leases themselves).
-pub async fn clients(fence: Arc<Fence>) -> Result<(Client, Client), kube::Error> {
+pub(crate) async fn clients(fence: Arc<Fence>) -> Result<(Client, Client), kube::Error> {
     let config = crate::apply::client::cluster_config()
         .await
         .map_err(kube::Error::InferConfig)?;
@@ -222,7 +222,7 @@ pub async fn clients(fence: Arc<Fence>) -> Result<(Client, Client), kube::Error>
 
 /// What to do with a lease, given its record and what we saw of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// It does not exist: create it, held by us.
     Create,
     /// We hold it: renew.
@@ -238,7 +238,7 @@ pub enum Decision {
 
 /// Decides on a lease: `spec` is its record (`None`: no lease), `unchanged_since` when we first
 /// saw this record (our clock), `default_duration` for a record without one.
-pub fn decide(
+pub(crate) fn decide(
     spec: Option<&LeaseSpec>,
     me: &str,
     unchanged_since: Instant,
@@ -265,7 +265,7 @@ pub fn decide(
 }
 
 /// The record after we create, renew or take a lease.
-pub fn next_record(current: Option<&LeaseSpec>, me: &str, timing: &Timing, now: MicroTime) -> LeaseSpec {
+pub(crate) fn next_record(current: Option<&LeaseSpec>, me: &str, timing: &Timing, now: MicroTime) -> LeaseSpec {
     let ours = current.is_some_and(|s| s.holder_identity.as_deref() == Some(me));
     let transitions = current.and_then(|s| s.lease_transitions).unwrap_or(0);
     LeaseSpec {
@@ -293,7 +293,7 @@ fn micro_now() -> MicroTime {
 // === impl Elector ===
 
 /// One replica's view of one lease: the leader lease, a shard lease, or a member lease.
-pub struct Elector {
+pub(crate) struct Elector {
     api: Api<Lease>,
     name: String,
     identity: String,
@@ -306,7 +306,7 @@ pub struct Elector {
 
 impl Elector {
     /// An elector for the lease `namespace/name`.
-    pub fn new(client: Client, namespace: &str, name: &str, identity: &str, timing: Timing) -> Self {
+    pub(crate) fn new(client: Client, namespace: &str, name: &str, identity: &str, timing: Timing) -> Self {
         Elector {
             api: Api::namespaced(client, namespace),
             name: name.to_owned(),
@@ -318,33 +318,20 @@ impl Elector {
     }
 
     /// The same elector, creating its lease with these labels.
-    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+    pub(crate) fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
         self.labels = labels;
         self
     }
 
-    /// Our identity.
-    pub fn identity(&self) -> &str {
-        &self.identity
-    }
-
     /// The lease's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
-    }
-
-    /// The holder of the last record seen (`None`: no lease, or released).
-    pub fn holder(&self) -> Option<&str> {
-        self.observed
-            .as_ref()
-            .and_then(|(spec, _)| spec.as_ref()?.holder_identity.as_deref())
-            .filter(|h| !h.is_empty())
     }
 
     /// Records the lease as read (by a GET or a LIST that began at `read_at`; `None`: it does
     /// not exist) and decides what to do with it. A record seen for the first time, or changed,
     /// starts its expiry clock at `read_at`.
-    pub fn observe(&mut self, lease: Option<&Lease>, read_at: Instant) -> Decision {
+    pub(crate) fn observe(&mut self, lease: Option<&Lease>, read_at: Instant) -> Decision {
         let spec = lease.map(|l| l.spec.clone().unwrap_or_default());
         let unchanged_since = match &self.observed {
             Some((seen, since)) if *seen == spec => *since,
@@ -364,7 +351,7 @@ impl Elector {
     /// Writes `lease` (as last read; `None`: create it) as held by us: renewed, taken or
     /// created. `Ok(Some(start))`: we hold it, and may write until `start + renew_deadline`.
     /// `Ok(None)`: another replica wrote it first (a conflict).
-    pub async fn claim(&mut self, lease: Option<Lease>) -> Result<Option<Instant>, kube::Error> {
+    pub(crate) async fn claim(&mut self, lease: Option<Lease>) -> Result<Option<Instant>, kube::Error> {
         let started = Instant::now();
         let current = lease.as_ref().map(|l| l.spec.clone().unwrap_or_default());
         let record = next_record(current.as_ref(), &self.identity, &self.timing, micro_now());
@@ -399,7 +386,7 @@ impl Elector {
 
     /// One attempt to acquire or renew. `Ok(Some(start))`: we hold the lease, and may write
     /// until `start + renew_deadline`. `Ok(None)`: someone else holds it (or won a race).
-    pub async fn try_acquire_or_renew(&mut self) -> Result<Option<Instant>, kube::Error> {
+    pub(crate) async fn try_acquire_or_renew(&mut self) -> Result<Option<Instant>, kube::Error> {
         let started = Instant::now();
         let lease = self.api.get_opt(&self.name).await?;
         match self.observe(lease.as_ref(), started) {
@@ -414,7 +401,7 @@ impl Elector {
 
     /// Gives the lease up if we hold it: an empty holder, which a standby takes at its next
     /// attempt instead of waiting for the lease to expire.
-    pub async fn release(&mut self) -> Result<(), kube::Error> {
+    pub(crate) async fn release(&mut self) -> Result<(), kube::Error> {
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             return Ok(());
         };
@@ -434,7 +421,7 @@ impl Elector {
 // === impl Leadership ===
 
 /// A held lease, renewed in the background until it is lost or released.
-pub struct Leadership {
+pub(crate) struct Leadership {
     lost: watch::Receiver<bool>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
@@ -442,7 +429,7 @@ pub struct Leadership {
 
 /// Waits until `elector` holds its lease (retrying every `retry_period`), then keeps renewing
 /// it in the background; `fence` is open while it is held, `on_change` hears true/false.
-pub async fn acquire(
+pub(crate) async fn acquire(
     mut elector: Elector,
     fence: Arc<Fence>,
     on_change: impl Fn(bool) + Send + Sync + 'static,
@@ -511,14 +498,14 @@ pub async fn acquire(
 
 impl Leadership {
     /// Resolves when the lease is lost (never, once it is released).
-    pub async fn lost(&mut self) {
+    pub(crate) async fn lost(&mut self) {
         if self.lost.wait_for(|lost| *lost).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
 
     /// Stops renewing and releases the lease, so a standby takes over at once.
-    pub async fn release(mut self) {
+    pub(crate) async fn release(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

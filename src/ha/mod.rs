@@ -1,4 +1,6 @@
 //! High availability: leader election on a Lease, and sharding parents across replicas.
 
-pub mod leader;
-pub mod shard;
+pub(crate) mod leader;
+pub(crate) mod shard;
+
+pub use shard::shard_of;

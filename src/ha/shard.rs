@@ -36,15 +36,15 @@ use crate::ha::leader::{Decision, Election, Elector, Fence, FenceLayer, Timing};
 use crate::ops::Observability;
 
 /// Label on every Lease of a sharded group: the `--lease-name` prefix (a LIST selects them).
-pub const LABEL_GROUP: &str = "ruleop.io/lease-group";
+pub(crate) const LABEL_GROUP: &str = "ruleop.io/lease-group";
 /// Label telling shard leases (`shard`) from member slots (`member`).
-pub const LABEL_ROLE: &str = "ruleop.io/lease-role";
+pub(crate) const LABEL_ROLE: &str = "ruleop.io/lease-role";
 
 /// FNV-1a, 64 bits, with the offset basis and prime of the FNV specification
 /// (draft-eastlake-fnv): the same value in every process, version and platform, unlike std's
 /// randomly seeded hasher. Written out rather than taken from a crate, because crates expose it
 /// through `std::hash::Hasher`, where hashing a `str` appends a separator byte.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes
@@ -61,13 +61,13 @@ pub fn shard_of(uid: &str, shards: u32) -> u32 {
 }
 
 /// The most shards one of `members` live replicas holds: `ceil(shards / members)`.
-pub fn fair_share(shards: u32, members: usize) -> usize {
+pub(crate) fn fair_share(shards: u32, members: usize) -> usize {
     (shards as usize).div_ceil(members.max(1))
 }
 
 /// What one round changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rebalance {
+pub(crate) struct Rebalance {
     /// The fair share.
     pub share: usize,
     /// Held shards to give up (we hold more than the share).
@@ -81,7 +81,13 @@ pub struct Rebalance {
 /// the live replicas (us included), `start` where this replica begins looking (derived from its
 /// identity, so replicas prefer different shards and race less). Shards are kept and taken in
 /// the order `start, start+1, ...`; those released are the last in it.
-pub fn rebalance(shards: u32, members: usize, held: &BTreeSet<u32>, takeable: &BTreeSet<u32>, start: u32) -> Rebalance {
+pub(crate) fn rebalance(
+    shards: u32,
+    members: usize,
+    held: &BTreeSet<u32>,
+    takeable: &BTreeSet<u32>,
+    start: u32,
+) -> Rebalance {
     let share = fair_share(shards, members);
     let order: Vec<u32> = (0..shards).map(|i| (i + start) % shards.max(1)).collect();
     if held.len() > share {
@@ -111,7 +117,7 @@ pub fn rebalance(shards: u32, members: usize, held: &BTreeSet<u32>, takeable: &B
 // === impl Writers ===
 
 /// The write path of one shard: a fence, an API client behind it, and an Event recorder.
-pub struct ShardWriter {
+pub(crate) struct ShardWriter {
     index: u32,
     /// The API client whose writes pass only while this shard's lease is held (reads always).
     pub client: Client,
@@ -123,20 +129,20 @@ pub struct ShardWriter {
 
 impl ShardWriter {
     /// The shard's number.
-    pub fn index(&self) -> u32 {
+    pub(crate) fn index(&self) -> u32 {
         self.index
     }
 
     /// Whether this replica holds the shard, so reconciles its parents. Writes are fenced by
     /// time besides: a held shard whose renewals stall refuses writes before it is given up.
-    pub fn held(&self) -> bool {
+    pub(crate) fn held(&self) -> bool {
         self.held.load(Ordering::Acquire)
     }
 }
 
 /// Where each parent's writes go: one [`ShardWriter`] per shard (one for everything without
 /// sharding), and who wants to hear of a shard taken.
-pub struct Writers {
+pub(crate) struct Writers {
     shards: Vec<ShardWriter>,
     subscribers: Mutex<Vec<mpsc::UnboundedSender<u32>>>,
 }
@@ -144,7 +150,7 @@ pub struct Writers {
 impl Writers {
     /// Without sharding: one writer for every parent, always held (`client`'s own fence, that of
     /// leader election, still applies).
-    pub fn single(client: Client, recorder: Recorder) -> Self {
+    pub(crate) fn single(client: Client, recorder: Recorder) -> Self {
         Writers {
             shards: vec![ShardWriter {
                 index: 0,
@@ -159,7 +165,7 @@ impl Writers {
 
     /// `shards` writers, each with a closed fence and a client of its own layered over `base`
     /// (which keeps the one connection pool).
-    pub fn sharded(base: &Client, shards: u32, reporter: &Reporter) -> Self {
+    pub(crate) fn sharded(base: &Client, shards: u32, reporter: &Reporter) -> Self {
         let shards = (0..shards.max(1))
             .map(|index| {
                 let fence = Fence::closed();
@@ -180,32 +186,32 @@ impl Writers {
     }
 
     /// How many shards.
-    pub fn count(&self) -> u32 {
+    pub(crate) fn count(&self) -> u32 {
         u32::try_from(self.shards.len()).unwrap_or(u32::MAX)
     }
 
     /// Whether parents are split over several shards.
-    pub fn is_sharded(&self) -> bool {
+    pub(crate) fn is_sharded(&self) -> bool {
         self.shards.len() > 1
     }
 
     /// The shard of the parent with this UID.
-    pub fn shard_of(&self, uid: &str) -> u32 {
+    pub(crate) fn shard_of(&self, uid: &str) -> u32 {
         shard_of(uid, self.count())
     }
 
     /// The writer of the parent with this UID.
-    pub fn of(&self, uid: &str) -> &ShardWriter {
+    pub(crate) fn of(&self, uid: &str) -> &ShardWriter {
         &self.shards[self.shard_of(uid) as usize]
     }
 
     /// The shards held here.
-    pub fn held(&self) -> BTreeSet<u32> {
+    pub(crate) fn held(&self) -> BTreeSet<u32> {
         self.shards.iter().filter(|s| s.held()).map(|s| s.index).collect()
     }
 
     /// A stream of shards as they are taken (each controller re-reconciles their parents).
-    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<u32> {
+    pub(crate) fn subscribe(&self) -> mpsc::UnboundedReceiver<u32> {
         let (tx, rx) = mpsc::unbounded();
         if let Ok(mut subscribers) = self.subscribers.lock() {
             subscribers.push(tx);
@@ -264,7 +270,7 @@ fn fenced_client(base: &Client, fence: Arc<Fence>) -> Client {
 // === impl Sharding ===
 
 /// The shard manager running in the background; [`Sharding::release`] stops it.
-pub struct Sharding {
+pub(crate) struct Sharding {
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -272,7 +278,7 @@ pub struct Sharding {
 impl Sharding {
     /// Gives up every shard (fences closed first, then the leases released so other replicas
     /// take them at their next round) and the member slot.
-    pub async fn release(mut self) {
+    pub(crate) async fn release(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -282,7 +288,7 @@ impl Sharding {
 
 /// Starts taking and renewing shards of `election` (whose `name` prefixes the leases) with the
 /// unfenced `client`; `writers` are opened and closed as shards come and go.
-pub fn start(
+pub(crate) fn start(
     client: Client,
     election: &Election,
     writers: Arc<Writers>,
@@ -345,7 +351,7 @@ pub fn start(
 }
 
 /// The lease of shard `i`.
-pub fn shard_lease(prefix: &str, i: u32) -> String {
+pub(crate) fn shard_lease(prefix: &str, i: u32) -> String {
     format!("{prefix}-shard-{i}")
 }
 

@@ -26,17 +26,17 @@ use tracing::{error, warn};
 use crate::ops::Observability;
 
 /// A client must send its request headers within this time.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection is closed after this time, whatever it is doing.
-pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; one more is closed as soon as it is accepted.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// Longest pause after repeated accept errors.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Binds the admin address and serves it from a thread of its own for the life of the process.
 /// Returns the bound address.
-pub async fn serve(addr: SocketAddr, state: Arc<Observability>) -> std::io::Result<SocketAddr> {
+pub(crate) async fn serve(addr: SocketAddr, state: Arc<Observability>) -> std::io::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
@@ -83,7 +83,7 @@ pub async fn serve(addr: SocketAddr, state: Arc<Observability>) -> std::io::Resu
 }
 
 /// The routes.
-pub fn router(state: Arc<Observability>) -> Router {
+pub(crate) fn router(state: Arc<Observability>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))

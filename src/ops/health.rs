@@ -18,19 +18,19 @@ use crate::engine::diagnostic::bounded;
 
 /// Liveness fails when the runtime's heartbeat is older than this: the heartbeat task ticks
 /// every second, so this is a runtime that ran nothing on time for many ticks in a row.
-pub const HEARTBEAT_STALE: Duration = Duration::from_secs(30);
+pub(crate) const HEARTBEAT_STALE: Duration = Duration::from_secs(30);
 /// Liveness fails when one reconcile has run longer than this. API requests time out within
 /// about 5 minutes (kube's read timeout) and actions within their own timeouts, so a reconcile
 /// this old is stuck, not slow.
-pub const RECONCILE_STUCK: Duration = Duration::from_secs(15 * 60);
+pub(crate) const RECONCILE_STUCK: Duration = Duration::from_secs(15 * 60);
 /// How often a watch whose recovery is silent (a re-established watch emits nothing) is probed.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// Longest error text kept for `/readyz` and logs.
 const MAX_ERROR: usize = 300;
 
 /// The health of the process, shared by the controllers and the admin server.
 #[derive(Debug)]
-pub struct Health {
+pub(crate) struct Health {
     origin: Instant,
     /// Milliseconds since `origin` of the runtime's last heartbeat.
     heartbeat_ms: AtomicU64,
@@ -78,12 +78,12 @@ struct Failure {
 
 impl Health {
     /// Marks the controllers started (or stopped, at shutdown).
-    pub fn set_started(&self, started: bool) {
+    pub(crate) fn set_started(&self, started: bool) {
         self.started.store(started, Ordering::Relaxed);
     }
 
     /// Records the rules held back (not running) until the kinds they name are served.
-    pub fn set_waiting(&self, waiting: Vec<String>) {
+    pub(crate) fn set_waiting(&self, waiting: Vec<String>) {
         match self.waiting.lock() {
             Ok(mut held) => *held = waiting,
             Err(poisoned) => *poisoned.into_inner() = waiting,
@@ -92,21 +92,21 @@ impl Health {
 
     /// Records that the controller of `rule` ended by itself (`why`): liveness fails until
     /// [`Health::set_controller_up`].
-    pub fn set_controller_down(&self, rule: &str, why: String) {
+    pub(crate) fn set_controller_down(&self, rule: &str, why: String) {
         if let Ok(mut down) = self.down.lock() {
             down.insert(rule.to_owned(), why);
         }
     }
 
     /// Records that the controller of `rule` runs again.
-    pub fn set_controller_up(&self, rule: &str) {
+    pub(crate) fn set_controller_up(&self, rule: &str) {
         if let Ok(mut down) = self.down.lock() {
             down.remove(rule);
         }
     }
 
     /// Records that the async runtime ran on time.
-    pub fn beat(&self) {
+    pub(crate) fn beat(&self) {
         self.beat_at(Instant::now());
     }
 
@@ -116,7 +116,7 @@ impl Health {
     }
 
     /// Ticks [`Health::beat`] every second on the current runtime, for as long as it runs.
-    pub fn spawn_heartbeat(health: Arc<Health>) {
+    pub(crate) fn spawn_heartbeat(health: Arc<Health>) {
         health.beat();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -128,7 +128,7 @@ impl Health {
     }
 
     /// `Ok` when the process makes progress; otherwise what is wedged.
-    pub fn liveness(&self) -> Result<(), String> {
+    pub(crate) fn liveness(&self) -> Result<(), String> {
         self.liveness_at(Instant::now())
     }
 
@@ -158,7 +158,7 @@ impl Health {
 
     /// `Ok` when the controllers are started, every cache has synced and no watch is failing;
     /// otherwise every reason it is not.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub(crate) fn readiness(&self) -> Result<(), String> {
         self.readiness_at(Instant::now())
     }
 
@@ -190,7 +190,7 @@ impl Health {
     }
 
     /// Registers a watch; it counts for readiness until the returned token is dropped.
-    pub fn register_watch(self: &Arc<Self>, what: String) -> WatchToken {
+    pub(crate) fn register_watch(self: &Arc<Self>, what: String) -> WatchToken {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut watches) = self.watches.lock() {
             watches.insert(
@@ -209,7 +209,7 @@ impl Health {
     }
 
     /// Tracks one reconcile until the returned guard is dropped (liveness: none may hang).
-    pub fn reconcile_started(self: &Arc<Self>, what: String) -> ReconcileGuard {
+    pub(crate) fn reconcile_started(self: &Arc<Self>, what: String) -> ReconcileGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut reconciles) = self.reconciles.lock() {
             reconciles.insert(id, (what, Instant::now()));
@@ -231,7 +231,7 @@ impl Health {
 
 /// One registered watch; dropping it (the controller stopped) removes it from readiness.
 #[derive(Debug)]
-pub struct WatchToken {
+pub(crate) struct WatchToken {
     health: Arc<Health>,
     id: u64,
 }
@@ -250,7 +250,7 @@ fn not_found(error: &watcher::Error) -> bool {
 impl WatchToken {
     /// Follows one item of the watch stream: an event proves the watch works (`InitDone` also
     /// that the cache synced), an error marks it failing. Transitions are logged once each.
-    pub fn observe<K>(&self, item: &Result<watcher::Event<K>, watcher::Error>) -> Transition {
+    pub(crate) fn observe<K>(&self, item: &Result<watcher::Event<K>, watcher::Error>) -> Transition {
         let mut transition = Transition::None;
         self.health.update(self.id, |state| match item {
             Ok(event) => {
@@ -292,7 +292,7 @@ impl WatchToken {
     }
 
     /// Whether the watch is failing with an error whose recovery only a probe can see.
-    pub fn needs_probe(&self) -> bool {
+    pub(crate) fn needs_probe(&self) -> bool {
         self.health.watches.lock().is_ok_and(|watches| {
             watches
                 .get(&self.id)
@@ -302,7 +302,7 @@ impl WatchToken {
     }
 
     /// A probe (a one-item LIST) succeeded: the API serves the kind again.
-    pub fn probe_succeeded(&self) {
+    pub(crate) fn probe_succeeded(&self) {
         self.health.update(self.id, |state| {
             if let Some(failure) = state.failing.take_if(|f| f.silent_recovery) {
                 info!(watch = %state.what, after = ?failure.since.elapsed(), "watch recovered");
@@ -321,7 +321,7 @@ impl Drop for WatchToken {
 
 /// What an observed item changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     /// Nothing worth acting on.
     None,
     /// The watch just started failing.
@@ -330,7 +330,7 @@ pub enum Transition {
 
 /// One reconcile in flight; dropping it marks it finished.
 #[derive(Debug)]
-pub struct ReconcileGuard {
+pub(crate) struct ReconcileGuard {
     health: Arc<Health>,
     id: u64,
 }

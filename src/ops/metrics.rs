@@ -18,7 +18,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of [`Metrics::render`].
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Reconcile duration buckets, in seconds (a subset of controller-runtime's).
 const RECONCILE_BUCKETS: [f64; 15] = [
@@ -107,7 +107,7 @@ struct RuleTrigger {
 }
 
 /// A running controller's figures, read at each scrape.
-pub trait Sampled: Send + Sync {
+pub(crate) trait Sampled: Send + Sync {
     /// Parents waiting for a worker.
     fn queue_depth(&self) -> usize;
     /// Objects in the controller's caches, per kind (parents, children, looked-up objects).
@@ -116,7 +116,7 @@ pub trait Sampled: Send + Sync {
 
 /// How one reconcile ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The parent converged (or has nothing to do).
     Ok,
     /// An optimistic-concurrency conflict (a stale cache): retried soon, not a failure.
@@ -147,7 +147,7 @@ impl Outcome {
 
 /// Every metric the operator exports.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     reconcile_total: Family<ControllerResult, Counter>,
     reconcile_errors: Family<ControllerLabels, Counter>,
@@ -388,7 +388,7 @@ impl Sampled for Placeholder {
 /// The exposition of a registry in which every family has series: one per value of a label
 /// with a known set of values (`result`), a `<placeholder>` for a label whose values are names
 /// (`<rule>`, `<kind>`). What `ruleop reference metrics` turns into docs/reference/metrics.md.
-pub fn exposition_of_every_family() -> String {
+pub(crate) fn exposition_of_every_family() -> String {
     let m = Metrics::default();
     let rule = "<rule>";
     m.rule_started(rule);
@@ -423,7 +423,7 @@ pub fn exposition_of_every_family() -> String {
 
 /// Counts a reconcile as running until dropped.
 #[derive(Debug)]
-pub struct InFlight(Gauge);
+pub(crate) struct InFlight(Gauge);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -433,7 +433,7 @@ impl Drop for InFlight {
 
 impl Metrics {
     /// Marks a reconcile of `rule` as running until the returned guard drops.
-    pub fn reconcile_started(&self, rule: &str) -> InFlight {
+    pub(crate) fn reconcile_started(&self, rule: &str) -> InFlight {
         let gauge = self.active_workers.get_or_create_owned(&ControllerLabels {
             controller: rule.to_owned(),
         });
@@ -442,7 +442,7 @@ impl Metrics {
     }
 
     /// Records one finished reconcile of `rule`.
-    pub fn reconciled(&self, rule: &str, outcome: Outcome, elapsed: Duration) {
+    pub(crate) fn reconciled(&self, rule: &str, outcome: Outcome, elapsed: Duration) {
         let controller = ControllerLabels {
             controller: rule.to_owned(),
         };
@@ -484,7 +484,7 @@ impl Metrics {
     }
 
     /// Counts one write request.
-    pub fn api_write(&self, verb: &str, kind: &str) {
+    pub(crate) fn api_write(&self, verb: &str, kind: &str) {
         self.api_writes
             .get_or_create(&WriteLabels {
                 verb: verb.to_owned(),
@@ -494,7 +494,7 @@ impl Metrics {
     }
 
     /// Counts one action run.
-    pub fn action_ran(&self, rule: &str, action: &str, ok: bool) {
+    pub(crate) fn action_ran(&self, rule: &str, action: &str, ok: bool) {
         self.actions
             .get_or_create(&ActionLabels {
                 rule: rule.to_owned(),
@@ -505,7 +505,7 @@ impl Metrics {
     }
 
     /// Counts one rule set reload attempt with its result (`ok`, `invalid`, `retrying`).
-    pub fn reloaded(&self, result: &'static str) {
+    pub(crate) fn reloaded(&self, result: &'static str) {
         self.reloads
             .get_or_create(&ResultLabels {
                 result: result.to_owned(),
@@ -514,19 +514,19 @@ impl Metrics {
     }
 
     /// Counts one watched object of `kind` that could not be decoded.
-    pub fn undecodable(&self, kind: &str) {
+    pub(crate) fn undecodable(&self, kind: &str) {
         self.undecodable
             .get_or_create(&KindLabels { kind: kind.to_owned() })
             .inc();
     }
 
     /// Counts one reconcile of a paused parent of `rule`.
-    pub fn paused(&self, rule: &str) {
+    pub(crate) fn paused(&self, rule: &str) {
         self.paused.get_or_create(&RuleLabels { rule: rule.to_owned() }).inc();
     }
 
     /// Counts the slots a scheduled action's run skipped.
-    pub fn slots_skipped(&self, rule: &str, action: &str, skipped: u32) {
+    pub(crate) fn slots_skipped(&self, rule: &str, action: &str, skipped: u32) {
         self.slots_skipped
             .get_or_create(&ActionName {
                 rule: rule.to_owned(),
@@ -536,40 +536,40 @@ impl Metrics {
     }
 
     /// Counts one restart of `rule`'s controller after it ended by itself.
-    pub fn controller_restarted(&self, rule: &str) {
+    pub(crate) fn controller_restarted(&self, rule: &str) {
         self.controller_restarts
             .get_or_create(&RuleLabels { rule: rule.to_owned() })
             .inc();
     }
 
     /// Counts one watched object of `kind` over the size cap.
-    pub fn too_large(&self, kind: &str) {
+    pub(crate) fn too_large(&self, kind: &str) {
         self.too_large
             .get_or_create(&KindLabels { kind: kind.to_owned() })
             .inc();
     }
 
     /// Counts one drift repair of a `kind` child deferred by the parent's budget.
-    pub fn drift_repair_deferred(&self, kind: &str) {
+    pub(crate) fn drift_repair_deferred(&self, kind: &str) {
         self.drift_deferred
             .get_or_create(&KindLabels { kind: kind.to_owned() })
             .inc();
     }
 
     /// Sets how many parents `rule` remembers.
-    pub fn parents_remembered(&self, rule: &str, count: usize) {
+    pub(crate) fn parents_remembered(&self, rule: &str, count: usize) {
         self.parents_remembered
             .get_or_create(&RuleLabels { rule: rule.to_owned() })
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Sets whether this replica leads.
-    pub fn set_leader(&self, leader: bool) {
+    pub(crate) fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
 
     /// Counts a reconcile of `rule` started by `trigger`.
-    pub fn triggered(&self, rule: &str, trigger: &str) {
+    pub(crate) fn triggered(&self, rule: &str, trigger: &str) {
         self.triggers
             .get_or_create(&RuleTrigger {
                 rule: rule.to_owned(),
@@ -579,7 +579,7 @@ impl Metrics {
     }
 
     /// Sets which shards this replica holds, of `shards`.
-    pub fn set_shards(&self, shards: u32, held: &std::collections::BTreeSet<u32>) {
+    pub(crate) fn set_shards(&self, shards: u32, held: &std::collections::BTreeSet<u32>) {
         self.shards_held.set(i64::try_from(held.len()).unwrap_or(i64::MAX));
         for shard in 0..shards {
             self.shard_leader
@@ -591,7 +591,7 @@ impl Metrics {
     }
 
     /// Counts one reconcile of a parent of `shard`.
-    pub fn shard_reconciled(&self, shard: u32) {
+    pub(crate) fn shard_reconciled(&self, shard: u32) {
         self.shard_reconciles
             .get_or_create(&ShardLabels {
                 shard: shard.to_string(),
@@ -601,7 +601,7 @@ impl Metrics {
 
     /// Creates `rule`'s controller series at 0 (its errors, each reconcile result), so they are
     /// scraped before its first reconcile.
-    pub fn rule_started(&self, rule: &str) {
+    pub(crate) fn rule_started(&self, rule: &str) {
         let controller = ControllerLabels {
             controller: rule.to_owned(),
         };
@@ -623,7 +623,7 @@ impl Metrics {
     }
 
     /// Samples `controller` (the controller of `rule`) at each scrape while it lives.
-    pub fn sample(&self, rule: &str, controller: Weak<dyn Sampled>) {
+    pub(crate) fn sample(&self, rule: &str, controller: Weak<dyn Sampled>) {
         if let Ok(mut sampled) = self.sampled.lock() {
             sampled.push((rule.to_owned(), controller));
         }
@@ -663,7 +663,7 @@ impl Metrics {
     }
 
     /// The OpenMetrics text exposition of every family (each with `# HELP` and `# TYPE`).
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         // Held until encoded, so that two scrapes at once do not see each other's refresh.
         let mut sampled = self.sampled.lock();
         if let Ok(sampled) = sampled.as_mut() {

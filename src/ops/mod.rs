@@ -1,9 +1,9 @@
 //! Operating ruleop: metrics, health, the admin HTTP server and telemetry.
 
-pub mod admin;
-pub mod health;
-pub mod metrics;
-pub mod observability;
-pub mod telemetry;
+pub(crate) mod admin;
+pub(crate) mod health;
+pub(crate) mod metrics;
+pub(crate) mod observability;
+pub(crate) mod telemetry;
 
-pub use observability::Observability;
+pub(crate) use observability::Observability;

@@ -9,7 +9,7 @@ use crate::ops::metrics::Metrics;
 /// What the process says about itself: counters for `/metrics`, liveness and readiness for
 /// `/healthz` and `/readyz`. One per process, shared by every controller, watch and writer.
 #[derive(Debug, Default)]
-pub struct Observability {
+pub(crate) struct Observability {
     /// Counters for `/metrics`.
     pub metrics: Metrics,
     /// Liveness and readiness.

@@ -9,7 +9,7 @@ use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 /// Keeps the trace exporter running; dropping it flushes the spans not sent yet.
 #[derive(Default)]
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     #[cfg(feature = "otlp")]
     provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
 }
@@ -29,7 +29,7 @@ impl Drop for Telemetry {
 /// `info,kube=warn,kube_runtime::controller=info`) and, given an endpoint, OTLP trace export.
 /// Fails (before anything is installed) when an endpoint is given to a build without the
 /// `otlp` feature, or when the exporter cannot be built.
-pub fn init(json: bool, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
+pub(crate) fn init(json: bool, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
     // kube's `reconciling object` span is kept: it is the parent of each reconcile's span.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,kube_runtime::controller=info"));

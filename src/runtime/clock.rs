@@ -4,7 +4,7 @@
 ///
 /// Durations are computed from these stamps (an `on: delete` action's `timeout` counts from its
 /// recorded `startedAt`), so whole seconds would end a 3 s timeout up to a second early.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     format_rfc3339(jiff::Timestamp::now())
 }
 

@@ -15,11 +15,11 @@ use crate::apply::drift_limit::DriftLimiter;
 use crate::ops::Observability;
 
 /// Failed reconciles in a row, by parent UID (the backoff exponent).
-pub type FailureCounts = Mutex<HashMap<String, u32>>;
+pub(crate) type FailureCounts = Mutex<HashMap<String, u32>>;
 
 /// The per-parent maps of one rule's controller.
 #[derive(Debug, Default, Clone)]
-pub struct ParentMemory {
+pub(crate) struct ParentMemory {
     /// Failed reconciles in a row.
     pub failures: Arc<FailureCounts>,
     /// Our own last status writes.
@@ -30,7 +30,7 @@ pub struct ParentMemory {
 
 impl ParentMemory {
     /// Forgets one parent.
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         if let Ok(mut failures) = self.failures.lock() {
             failures.remove(uid);
         }
@@ -39,7 +39,7 @@ impl ParentMemory {
     }
 
     /// Keeps only the parents in `live`.
-    pub fn retain(&self, live: &HashSet<String>) {
+    pub(crate) fn retain(&self, live: &HashSet<String>) {
         if let Ok(mut failures) = self.failures.lock() {
             failures.retain(|uid, _| live.contains(uid));
         }
@@ -48,23 +48,18 @@ impl ParentMemory {
     }
 
     /// Parents remembered in any map.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.failures.lock().map_or(0, |f| f.len()) + self.written.len() + self.drift.len()
     }
 
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Publishes [`ParentMemory::len`] as `ruleop_parents_remembered{rule}`.
-    pub fn publish(&self, observability: &Observability, rule: &str) {
+    pub(crate) fn publish(&self, observability: &Observability, rule: &str) {
         observability.metrics.parents_remembered(rule, self.len());
     }
 }
 
 /// Follows a parent watch stream and forgets parents that are gone.
-pub struct Housekeeping {
+pub(crate) struct Housekeeping {
     memory: ParentMemory,
     observability: Arc<Observability>,
     rule: String,
@@ -73,7 +68,7 @@ pub struct Housekeeping {
 
 impl Housekeeping {
     /// Housekeeping of `memory` for rule `rule`.
-    pub fn new(memory: ParentMemory, observability: Arc<Observability>, rule: String) -> Self {
+    pub(crate) fn new(memory: ParentMemory, observability: Arc<Observability>, rule: String) -> Self {
         Housekeeping {
             memory,
             observability,
@@ -83,7 +78,7 @@ impl Housekeeping {
     }
 
     /// Observes one event of the parent watch.
-    pub fn observe(&mut self, event: &Event<DynamicObject>) {
+    pub(crate) fn observe(&mut self, event: &Event<DynamicObject>) {
         match event {
             Event::Delete(parent) => {
                 self.memory.forget(&parent.uid().unwrap_or_default());

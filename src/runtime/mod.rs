@@ -1,11 +1,11 @@
 //! `ruleop run`: the run loop, rule reloads, one controller per rule, and the work queue.
 
-pub mod clock;
-pub mod controller;
-pub mod housekeeping;
-pub mod queue;
-pub mod reload;
-pub mod run;
-pub mod shutdown;
-pub mod supervisor;
-pub mod workers;
+pub(crate) mod clock;
+pub(crate) mod controller;
+pub(crate) mod housekeeping;
+pub(crate) mod queue;
+pub(crate) mod reload;
+pub(crate) mod run;
+pub(crate) mod shutdown;
+pub(crate) mod supervisor;
+pub(crate) mod workers;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// What made a parent reconcile: the `trigger` field of the `reconcile` span.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// The parent changed or was listed (start-up, a watch restart).
     ParentEvent,
     /// One of its children changed or went away.
@@ -39,7 +39,7 @@ pub enum Trigger {
 impl Trigger {
     /// The label value (`parent_event`, `child_event`, `lookup_event`, `reload`, `delivered`, `shard_taken`, `resync`,
     /// `retry`, `requeue`, `unknown`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Trigger::ParentEvent => "parent_event",
             Trigger::Requested => "requested",
@@ -74,12 +74,12 @@ impl Pending {
 
 /// Set to any new value (a time, say) to have a parent reconciled at once, whatever its
 /// backoff or resync; counted as trigger `requested`.
-pub const ANNOTATION_RECONCILE_REQUESTED: &str = "ruleop.io/reconcile-requested-at";
+pub(crate) const ANNOTATION_RECONCILE_REQUESTED: &str = "ruleop.io/reconcile-requested-at";
 
 /// Whether `now` (a new version of a parent) asks for a reconcile: its
 /// [`ANNOTATION_RECONCILE_REQUESTED`] is set and differs from `before`'s. A parent seen for the
 /// first time is reconciled anyway.
-pub fn reconcile_requested(before: Option<&kube::api::DynamicObject>, now: &kube::api::DynamicObject) -> bool {
+pub(crate) fn reconcile_requested(before: Option<&kube::api::DynamicObject>, now: &kube::api::DynamicObject) -> bool {
     let value = |object: &kube::api::DynamicObject| {
         object
             .metadata
@@ -93,17 +93,17 @@ pub fn reconcile_requested(before: Option<&kube::api::DynamicObject>, now: &kube
 
 /// The pending triggers of one rule's parents, by `namespace/name`.
 #[derive(Debug, Default)]
-pub struct Triggers(Mutex<HashMap<String, Pending>>);
+pub(crate) struct Triggers(Mutex<HashMap<String, Pending>>);
 
 /// The key of a parent.
-pub fn key(namespace: &str, name: &str) -> String {
+pub(crate) fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
 impl Triggers {
     /// An event queued the parent; the first one since its last reconcile started is kept
     /// (kube-runtime runs it once for all of them).
-    pub fn event(&self, key: String, trigger: Trigger) {
+    pub(crate) fn event(&self, key: String, trigger: Trigger) {
         if let Ok(mut pending) = self.0.lock() {
             pending
                 .entry(key)
@@ -115,7 +115,7 @@ impl Triggers {
 
     /// A reconcile asked to run the parent again after `after`. Like kube-runtime's scheduler,
     /// the earlier of two requeues wins.
-    pub fn schedule(&self, key: String, after: Duration, trigger: Trigger) {
+    pub(crate) fn schedule(&self, key: String, after: Duration, trigger: Trigger) {
         let due = Instant::now() + after;
         if let Ok(mut pending) = self.0.lock() {
             let scheduled = &mut pending.entry(key).or_default().scheduled;
@@ -127,7 +127,7 @@ impl Triggers {
 
     /// A reconcile of the parent starts: what triggered it (the earliest of its first event and
     /// its due requeue). Later events count for the next reconcile.
-    pub fn started(&self, key: &str) -> Trigger {
+    pub(crate) fn started(&self, key: &str) -> Trigger {
         let now = Instant::now();
         let Some(pending) = self.0.lock().ok().and_then(|mut p| p.remove(key)) else {
             return Trigger::Unknown;
@@ -149,7 +149,7 @@ impl Triggers {
     }
 
     /// Forgets a parent that is gone (kube-runtime drops its queued work).
-    pub fn forget(&self, key: &str) {
+    pub(crate) fn forget(&self, key: &str) {
         if let Ok(mut pending) = self.0.lock() {
             pending.remove(key);
         }
@@ -157,7 +157,7 @@ impl Triggers {
 
     /// Parents waiting for a worker now: triggered by an event, or with a requeue that is due,
     /// and not started since.
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         let now = Instant::now();
         self.0
             .lock()
@@ -171,7 +171,7 @@ impl Triggers {
 /// costs grew with the backlog: 7.9 CPU s per 1,000 parents converged at N = 1,000, 14.8 at 3,000
 /// and 26.6 at 10,000 (`make bench`; a profile of the 3,000 run spent 55% in `JoinHandle::poll`,
 /// hashing and comparing `ObjectRef`s). Up to this many queued parents are served in turn.
-pub const HELD_RECONCILES: u16 = 1024;
+pub(crate) const HELD_RECONCILES: u16 = 1024;
 
 #[cfg(test)]
 mod tests {

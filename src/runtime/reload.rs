@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use crate::engine::rules::load::{hex, read_tree};
 
 /// A fingerprint of every rule and template file (name and content, read through symlinks).
-pub fn fingerprint(rules: &Path, templates: &Path) -> String {
+pub(crate) fn fingerprint(rules: &Path, templates: &Path) -> String {
     let mut ignored = Vec::new();
     let mut hasher = Sha256::new();
     for dir in [rules, templates] {
@@ -29,7 +29,7 @@ pub fn fingerprint(rules: &Path, templates: &Path) -> String {
 }
 
 /// Change notifications for a set of directories.
-pub struct DirWatcher {
+pub(crate) struct DirWatcher {
     _watcher: Option<RecommendedWatcher>,
     events: mpsc::UnboundedReceiver<()>,
 }
@@ -37,7 +37,7 @@ pub struct DirWatcher {
 impl DirWatcher {
     /// Watches `dirs` recursively. If the platform watcher cannot start, only the periodic
     /// re-read remains (logged by the caller through the returned error).
-    pub fn new(dirs: &[PathBuf]) -> (Self, Option<notify::Error>) {
+    pub(crate) fn new(dirs: &[PathBuf]) -> (Self, Option<notify::Error>) {
         let (tx, events) = mpsc::unbounded_channel();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             if event.is_ok() {
@@ -64,7 +64,7 @@ impl DirWatcher {
 
     /// Waits until something may have changed: a file event followed by `debounce` of quiet
     /// (bursts collapse into one), or `poll` elapsing without events.
-    pub async fn changed(&mut self, debounce: Duration, poll: Duration) {
+    pub(crate) async fn changed(&mut self, debounce: Duration, poll: Duration) {
         tokio::select! {
             event = self.events.recv() => {
                 if event.is_none() {

@@ -29,7 +29,7 @@ use crate::runtime::supervisor::{Ended, Supervisor};
 
 /// Settings of the operator.
 #[derive(Debug, Clone)]
-pub struct RunSettings {
+pub(crate) struct RunSettings {
     /// Where the rules are.
     pub rules: PathBuf,
     /// Where the templates are.
@@ -88,7 +88,7 @@ async fn egress_deny(flag: &[ipnet::IpNet]) -> Vec<ipnet::IpNet> {
 }
 
 /// Runs the operator until SIGTERM or SIGINT.
-pub async fn run(settings: RunSettings) -> anyhow::Result<()> {
+pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     // First of all: a SIGTERM during start-up then means a graceful stop once started, and the
     // stop is bounded from the first signal on, wherever the process is.
     let shutdown = shutdown::install(settings.shutdown_timeout);
@@ -270,9 +270,9 @@ fn rule_names(set: &RuleSet) -> String {
 
 /// The first wait before retrying a rule set that failed for a reason outside its files (a kind
 /// not served yet, a controller that did not start); it doubles up to [`RETRY_MAX`].
-pub const RETRY_MIN: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_MIN: Duration = Duration::from_secs(1);
 /// The longest wait between retries: a CRD created after its rule takes effect within this.
-pub const RETRY_MAX: Duration = Duration::from_secs(10);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// Sleeps until `at`, or forever without one.
 async fn sleep_until(at: Option<tokio::time::Instant>) {
@@ -570,7 +570,7 @@ fn set_aside(set: &mut RuleSet, waiting: &[UnknownKind]) {
 /// Parents must be namespaced (the engine's children point at them by ownerReference or by a
 /// `namespace/name` annotation); records which child and action kinds are cluster-scoped, as
 /// discovery says, so planning places them right.
-pub fn check_scopes(set: &mut RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
+pub(crate) fn check_scopes(set: &mut RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
     for rule in &mut set.rules {
         let watch = &rule.spec.watch;
         if kinds
@@ -684,4 +684,4 @@ impl StatusReporter {
 }
 
 /// Name of the ConfigMap reporting the state of the rules.
-pub const STATUS_CONFIGMAP: &str = "ruleop-status";
+pub(crate) const STATUS_CONFIGMAP: &str = "ruleop-status";

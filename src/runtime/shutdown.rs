@@ -14,7 +14,7 @@ const FORCED_EXIT: i32 = 130;
 /// Installs the handlers now (not when the returned future is first polled: until then a SIGTERM
 /// would kill the process without a graceful stop) and a watchdog that ends the process
 /// `timeout` after the first signal, or at once on a second one. The future resolves on the first.
-pub fn install(timeout: Duration) -> impl Future<Output = ()> {
+pub(crate) fn install(timeout: Duration) -> impl Future<Output = ()> {
     let mut first = Signals::new();
     let mut watchdog = Signals::new();
     tokio::spawn(async move {
@@ -38,7 +38,7 @@ pub fn install(timeout: Duration) -> impl Future<Output = ()> {
 
 /// When the controllers must have stopped, and when the leases must have been released: the
 /// controllers get three quarters of the time, the lease writes the rest (at most 2 s of it).
-pub fn deadlines(now: Instant, timeout: Duration) -> (Instant, Instant) {
+pub(crate) fn deadlines(now: Instant, timeout: Duration) -> (Instant, Instant) {
     let release = (timeout / 4).min(Duration::from_secs(2));
     // A margin before the watchdog fires, so that the graceful path ends first.
     let margin = timeout / 20;

@@ -21,13 +21,13 @@ const CONTROLLER_STOP: Duration = Duration::from_secs(30);
 const MAX_RESTART_DELAY: Duration = Duration::from_secs(60);
 
 /// The wait before the `attempt`-th restart in a row (from 1): 1 s, 2 s, 4 s, ... up to a minute.
-pub fn restart_delay(attempt: u32) -> Duration {
+pub(crate) fn restart_delay(attempt: u32) -> Duration {
     Duration::from_secs(1u64 << attempt.saturating_sub(1).min(6)).min(MAX_RESTART_DELAY)
 }
 
 /// A controller that ended by itself, waiting to be started again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ended {
+pub(crate) struct Ended {
     /// Its rule.
     pub rule: String,
     /// How it ended: `panicked: <message>` or `ended`.
@@ -39,7 +39,7 @@ pub struct Ended {
 }
 
 /// The running controllers, kept in step with the current rule set.
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     shared: Arc<Shared>,
     running: BTreeMap<String, RunningController>,
     /// Controllers that ended by themselves, by rule.
@@ -48,7 +48,7 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// A supervisor with no controllers yet.
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Supervisor {
             shared,
             running: BTreeMap::new(),
@@ -59,7 +59,7 @@ impl Supervisor {
     /// Makes the running controllers match `set`: start new rules, restart rules whose kinds
     /// changed, stop removed rules (their children stay in place), and re-reconcile every
     /// parent of a rule whose content changed. A rule whose controller ended is started now.
-    pub async fn sync(&mut self, set: &RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
+    pub(crate) async fn sync(&mut self, set: &RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
         let gone: Vec<String> = self
             .running
             .keys()
@@ -102,7 +102,7 @@ impl Supervisor {
     /// Waits until a running controller ends by itself, takes it out and schedules its
     /// restart: reported in `/healthz` (failing until it runs again), the restart metric and an
     /// error log line. Never returns while none ends.
-    pub async fn next_ended(&mut self) -> Ended {
+    pub(crate) async fn next_ended(&mut self) -> Ended {
         let (rule, why) = first_ended(self.running.iter_mut().map(|(rule, running)| (rule, running.task()))).await;
         self.running.remove(&rule);
         let attempt = self.ended.get(&rule).map_or(1, |e| e.attempt + 1);
@@ -128,7 +128,7 @@ impl Supervisor {
     }
 
     /// When the next ended controller is due to start again.
-    pub fn next_restart(&self) -> Option<Instant> {
+    pub(crate) fn next_restart(&self) -> Option<Instant> {
         self.ended
             .values()
             .filter(|e| !self.running.contains_key(&e.rule))
@@ -137,7 +137,7 @@ impl Supervisor {
     }
 
     /// Starts the ended controllers that are due, from the current rule set.
-    pub fn restart_due(&mut self) {
+    pub(crate) fn restart_due(&mut self) {
         let (set, kinds) = self.shared.snapshot();
         let now = Instant::now();
         let due: Vec<String> = self
@@ -176,14 +176,14 @@ impl Supervisor {
     }
 
     /// Stops every controller at once, letting in-flight reconciles finish until `deadline`.
-    pub async fn shutdown_by(self, deadline: Instant) {
+    pub(crate) async fn shutdown_by(self, deadline: Instant) {
         futures::future::join_all(self.running.into_values().map(|running| running.stop_by(deadline))).await;
     }
 }
 
 /// The first of `tasks` to end, and how: `panicked: <message>`, `cancelled` or `ended`. Pending
 /// forever when there are none.
-pub async fn first_ended<'a>(
+pub(crate) async fn first_ended<'a>(
     tasks: impl Iterator<Item = (&'a String, &'a mut tokio::task::JoinHandle<()>)>,
 ) -> (String, String) {
     let waits: Vec<_> = tasks

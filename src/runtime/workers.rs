@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 /// multiple of it: a template edit re-reconciles every parent, and each of those reconciles is
 /// mostly one apply waiting on the API server, so the burst is bounded by the server's latency,
 /// not by our CPU.
-pub const RELOAD_BURST_FACTOR: usize = 3;
+pub(crate) const RELOAD_BURST_FACTOR: usize = 3;
 
 /// Which pool a worker came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,11 +118,11 @@ impl Shared {
 /// arbitrary one when a worker frees, so under a burst (1,000 parents created at once) some
 /// parents waited several times as long as the median, and it knows nothing of namespaces.
 #[derive(Debug, Clone)]
-pub struct Workers(Arc<Shared>);
+pub(crate) struct Workers(Arc<Shared>);
 
 /// A worker held by one reconcile; dropping it hands the worker to the next waiter.
 #[derive(Debug)]
-pub struct Worker {
+pub(crate) struct Worker {
     workers: Workers,
     pool: Pool,
 }
@@ -150,7 +150,7 @@ impl Drop for Queued<'_> {
 impl Workers {
     /// `concurrency` workers (at least one) and a reload burst of [`RELOAD_BURST_FACTOR`] times
     /// as many.
-    pub fn new(concurrency: u16) -> Self {
+    pub(crate) fn new(concurrency: u16) -> Self {
         let concurrency = usize::from(concurrency.max(1));
         Workers(Arc::new(Shared {
             state: Mutex::new(State {
@@ -167,7 +167,7 @@ impl Workers {
     /// Waits for a worker for a parent in `namespace`, in its namespace's turn; a reconcile a
     /// reload queued (`burst`) also takes a burst worker when one frees first. `None` once the
     /// rule's controller stops: the reconcile is skipped.
-    pub async fn acquire(&self, namespace: &str, burst: bool) -> Option<Worker> {
+    pub(crate) async fn acquire(&self, namespace: &str, burst: bool) -> Option<Worker> {
         let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
         let granted = {
             let mut state = self.0.lock();
@@ -239,13 +239,13 @@ impl Workers {
     }
 
     /// Reconciles waiting for a worker.
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.0.lock().len()
     }
 
     /// Stops handing out workers: every waiting and later [`Workers::acquire`] returns `None`,
     /// so a stopping controller finishes only the reconciles already running.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let waiting = {
             let mut state = self.0.lock();
             state.closed = true;

@@ -46,11 +46,6 @@ pub fn all_backed_up(ns: &str, count: usize) -> bool {
     dbs.len() == count && dbs.iter().all(backed_up)
 }
 
-/// The `p`th percentile of sorted durations.
-pub fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
-}
-
 /// An unlabelled gauge from a `/metrics` text (`ruleop_leader{} 1` or `ruleop_leader 1`).
 pub fn gauge(text: &str, name: &str) -> Option<i64> {
     text.lines().find_map(|line| {

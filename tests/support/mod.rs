@@ -9,9 +9,13 @@ pub mod audit;
 pub mod custom;
 pub mod exposition;
 pub mod fleet;
+pub mod metrics;
 pub mod mount;
 pub mod node;
 pub mod webhook;
+pub mod writes;
+
+pub use metrics::sum_metric;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -542,15 +546,6 @@ impl Drop for Operator {
             self.terminate();
         }
     }
-}
-
-/// Sums a Prometheus counter over the series whose labels include every `(key, value)`.
-pub fn sum_metric(text: &str, name: &str, filter: &[(&str, &str)]) -> u64 {
-    text.lines()
-        .filter(|line| line.starts_with(&format!("{name}{{")))
-        .filter(|line| filter.iter().all(|(k, v)| line.contains(&format!("{k}=\"{v}\""))))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 /// Open watches the API server is serving on `resource` with `scope` (`namespace`, `cluster`),

@@ -27,7 +27,7 @@ const CONCURRENCY: usize = 8;
 
 /// Which parents to look at and when "now" is.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// Only parents in this namespace.
     pub namespace: Option<String>,
     /// Only parents matching this label selector (besides the rule's own).
@@ -38,7 +38,7 @@ pub struct Options {
 
 /// The write requests the proposed rules would cause (Events not counted).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Writes {
+pub(crate) struct Writes {
     /// Server-side applies of children that exist and would change.
     pub updates: usize,
     /// Server-side applies creating children.
@@ -58,7 +58,7 @@ pub struct Writes {
 
 impl Writes {
     /// Every write request.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.updates + self.creates + self.prunes + self.action_writes + self.status + self.finalizer
     }
 
@@ -75,7 +75,7 @@ impl Writes {
 
 /// What `ruleop diff` found.
 #[derive(Debug, Clone, Default)]
-pub struct Report {
+pub(crate) struct Report {
     /// The printed diff of every affected parent (empty when nothing would change).
     pub text: String,
     /// Parents that would change.
@@ -88,7 +88,7 @@ pub struct Report {
 
 impl Report {
     /// The summary line.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let w = &self.writes;
         format!(
             "{} parent(s) would change, {} unchanged; {} write(s): {} child update(s), {} create(s), \
@@ -110,7 +110,7 @@ impl Report {
 
 /// `ruleop diff` as a command: prints the diff on stdout and the summary on stderr; returns
 /// the exit code (0 no change, 1 changes, 2 error).
-pub fn command(
+pub(crate) fn command(
     sources: crate::cmd::cli::Sources,
     namespace: Option<String>,
     selector: Option<String>,
@@ -141,7 +141,7 @@ pub fn command(
 }
 
 /// Diffs every parent of every rule of `set` against the cluster of the kubeconfig.
-pub async fn diff(set: &RuleSet, options: &Options) -> anyhow::Result<Report> {
+pub(crate) async fn diff(set: &RuleSet, options: &Options) -> anyhow::Result<Report> {
     let (client, kinds) = live::connect(set).await?;
     let mut report = Report::default();
     for rule in &set.rules {

@@ -14,23 +14,18 @@ use crate::engine::yaml;
 
 /// The managed fields of a child before and after a dry-run apply, as sorted YAML.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Compared {
+pub(crate) struct Compared {
     /// The live object's managed fields (`None` when it does not exist).
     pub before: Option<String>,
     /// The dry run's result, cut to the same fields.
     pub after: String,
 }
 
-impl Compared {
-    /// Whether applying would change a managed field (the desired-hash annotation aside).
-    pub fn changes(&self) -> bool {
-        self.before.as_deref() != Some(self.after.as_str())
-    }
-}
+impl Compared {}
 
 /// Why a dry run gave no answer.
 #[derive(Debug, thiserror::Error)]
-pub enum DryRunError {
+pub(crate) enum DryRunError {
     /// The child's kind was not resolved through discovery.
     #[error("{0:#}")]
     Kind(anyhow::Error),
@@ -41,7 +36,7 @@ pub enum DryRunError {
 
 /// Dry-runs the apply of `desired` (the object as the operator would send it) onto `live` (the
 /// object as stored, with its managedFields) and compares the fields ruleop would own.
-pub async fn compare(
+pub(crate) async fn compare(
     client: &Client,
     kinds: &Kinds,
     target: &ObjectRef,
@@ -98,7 +93,7 @@ fn sorted(value: Value) -> Value {
 }
 
 /// A unified diff of two texts.
-pub fn unified(before: &str, after: &str, from: &str, to: &str) -> String {
+pub(crate) fn unified(before: &str, after: &str, from: &str, to: &str) -> String {
     similar::TextDiff::from_lines(before, after)
         .unified_diff()
         .context_radius(3)

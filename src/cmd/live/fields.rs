@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 /// The union of the field sets `manager` holds on `object` (every operation: its applies, and
 /// the merge patch that repairs drift).
-pub fn owned_by(object: &Value, manager: &str) -> Map<String, Value> {
+pub(crate) fn owned_by(object: &Value, manager: &str) -> Map<String, Value> {
     let mut union = Map::new();
     let entries = object
         .pointer("/metadata/managedFields")
@@ -23,7 +23,7 @@ pub fn owned_by(object: &Value, manager: &str) -> Map<String, Value> {
 }
 
 /// Adds the field set `more` to `into`.
-pub fn merge(into: &mut Map<String, Value>, more: &Map<String, Value>) {
+pub(crate) fn merge(into: &mut Map<String, Value>, more: &Map<String, Value>) {
     for (key, sub) in more {
         match (into.get_mut(key), sub) {
             (Some(Value::Object(have)), Value::Object(sub)) => merge(have, sub),
@@ -37,7 +37,7 @@ pub fn merge(into: &mut Map<String, Value>, more: &Map<String, Value>) {
 
 /// `value` cut down to the field set `fields` (FieldsV1: `f:<name>` map fields, `k:<json>` list
 /// items by key, `v:<json>` set items, `i:<n>` items by index, `.` the item itself).
-pub fn project(value: &Value, fields: &Map<String, Value>) -> Value {
+pub(crate) fn project(value: &Value, fields: &Map<String, Value>) -> Value {
     let leaf = |sub: &Map<String, Value>| sub.keys().all(|k| k == ".");
     match value {
         Value::Object(map) => {

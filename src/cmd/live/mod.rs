@@ -3,8 +3,8 @@
 //! caches would hold them (JSON values, managedFields kept on children for the drift check),
 //! and the server-side apply dry run that tells what applying a child would change.
 
-pub mod dry_run;
-pub mod fields;
+pub(crate) mod dry_run;
+pub(crate) mod fields;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,7 +21,7 @@ use crate::engine::rules::{Rule, RuleSet};
 
 /// The async runtime a read-only command runs on (two workers: it waits on the API server, it
 /// does not compute), or `None` after saying why it could not start.
-pub fn runtime() -> Option<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Option<tokio::runtime::Runtime> {
     match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -37,7 +37,7 @@ pub fn runtime() -> Option<tokio::runtime::Runtime> {
 
 /// The rules a read-only command works with, or `None` after printing why they are invalid
 /// (`what` names them: "rules", "proposed rules").
-pub fn load_rules(sources: &crate::cmd::cli::Sources, what: &str) -> Option<RuleSet> {
+pub(crate) fn load_rules(sources: &crate::cmd::cli::Sources, what: &str) -> Option<RuleSet> {
     match crate::engine::rules::load::load(&sources.rules, &sources.templates) {
         Ok(set) => Some(set),
         Err(diagnostics) => {
@@ -49,7 +49,7 @@ pub fn load_rules(sources: &crate::cmd::cli::Sources, what: &str) -> Option<Rule
 
 /// A client for the cluster of the kubeconfig (or the in-cluster service account), with every
 /// kind of `set` resolved through discovery.
-pub async fn connect(set: &RuleSet) -> anyhow::Result<(Client, Kinds)> {
+pub(crate) async fn connect(set: &RuleSet) -> anyhow::Result<(Client, Kinds)> {
     let config = crate::apply::client::cluster_config()
         .await
         .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
@@ -62,7 +62,7 @@ pub async fn connect(set: &RuleSet) -> anyhow::Result<(Client, Kinds)> {
 }
 
 /// The rule's live children of one parent, by parent UID (see [`list_children`]).
-pub fn children_of<'a>(children: &'a HashMap<String, Vec<Value>>, parent: &Value) -> &'a [Value] {
+pub(crate) fn children_of<'a>(children: &'a HashMap<String, Vec<Value>>, parent: &Value) -> &'a [Value] {
     let uid = parent
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
@@ -70,14 +70,14 @@ pub fn children_of<'a>(children: &'a HashMap<String, Vec<Value>>, parent: &Value
     children.get(uid).map(Vec::as_slice).unwrap_or_default()
 }
 
-pub fn strip_managed_fields(mut object: Value) -> Value {
+pub(crate) fn strip_managed_fields(mut object: Value) -> Value {
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
     }
     object
 }
 
-pub fn api_for(
+pub(crate) fn api_for(
     client: &Client,
     kinds: &Kinds,
     api_version: &str,
@@ -96,7 +96,7 @@ pub fn api_for(
 /// Every object of a LIST as JSON, decoded once (not through typed objects: a thousand
 /// StatefulSets with their managedFields are megabytes), with apiVersion and kind set (items
 /// of a list of a built-in kind come without them).
-pub async fn list_values(
+pub(crate) async fn list_values(
     client: &Client,
     api: &Api<DynamicObject>,
     params: &ListParams,
@@ -121,7 +121,7 @@ pub async fn list_values(
 }
 
 /// The rule's parents, sorted by namespace and name.
-pub async fn list_parents(
+pub(crate) async fn list_parents(
     client: &Client,
     kinds: &Kinds,
     rule: &Rule,
@@ -161,7 +161,7 @@ pub async fn list_parents(
 /// The rule's live children (with their managedFields) by parent UID: every object of a child
 /// kind labelled with the rule (and with `parent_uid`, only that parent's), in `namespace` or
 /// all namespaces.
-pub async fn list_children(
+pub(crate) async fn list_children(
     client: &Client,
     kinds: &Kinds,
     rule: &Rule,
@@ -200,7 +200,7 @@ pub async fn list_children(
 }
 
 /// Looked-up objects, read once per key: none or one by name, every match for a list key.
-pub struct ReadLookups(pub BTreeMap<LookupKey, Vec<Value>>);
+pub(crate) struct ReadLookups(pub BTreeMap<LookupKey, Vec<Value>>);
 
 impl LookupSource for ReadLookups {
     fn get(&self, key: &LookupKey) -> Option<Value> {
@@ -212,7 +212,7 @@ impl LookupSource for ReadLookups {
     }
 }
 
-pub async fn read_lookups(
+pub(crate) async fn read_lookups(
     client: &Client,
     kinds: &Kinds,
     set: &RuleSet,

@@ -3,7 +3,7 @@
 use super::Report;
 
 /// The report as JUnit XML.
-pub fn xml(report: &Report) -> String {
+pub(crate) fn xml(report: &Report) -> String {
     let mut suites: Vec<(&str, Vec<&super::CaseResult>)> = Vec::new();
     for case in &report.cases {
         match suites.iter_mut().find(|(name, _)| *name == case.suite) {

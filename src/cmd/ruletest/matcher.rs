@@ -10,7 +10,7 @@ use serde_json::Value;
 
 /// The first place where the actual value does not hold what was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mismatch {
+pub(crate) struct Mismatch {
     /// Where, e.g. `spec.template.spec.containers[name=postgres].image`.
     pub path: String,
     /// What the test expected (compact JSON, or a description).
@@ -26,12 +26,12 @@ impl std::fmt::Display for Mismatch {
 }
 
 /// Compact JSON of a value, `<absent>` for none.
-pub fn show(value: Option<&Value>) -> String {
+pub(crate) fn show(value: Option<&Value>) -> String {
     value.map_or_else(|| "<absent>".to_owned(), Value::to_string)
 }
 
 /// Checks that `actual` holds `expected` as a subset; `path` names `actual` in the report.
-pub fn subset(expected: &Value, actual: Option<&Value>, path: &str) -> Result<(), Mismatch> {
+pub(crate) fn subset(expected: &Value, actual: Option<&Value>, path: &str) -> Result<(), Mismatch> {
     let mismatch = || Mismatch {
         path: path.to_owned(),
         expected: expected.to_string(),

@@ -3,9 +3,9 @@
 //! PASS/FAIL line per case with its file:line, the first mismatch of each failed expectation,
 //! a summary line, and optionally JUnit XML.
 
-pub mod junit;
-pub mod matcher;
-pub mod model;
+pub(crate) mod junit;
+pub(crate) mod matcher;
+pub(crate) mod model;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,11 +22,11 @@ use matcher::{Mismatch, show, subset};
 use model::{Expectations, RULE_TEST_KIND, RuleTestDocument, TestCase};
 
 /// The time a case plans at unless it sets `now`: fixed, so results never depend on the clock.
-pub const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
+pub(crate) const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
 
 /// The outcome of one case.
 #[derive(Debug, Clone)]
-pub struct CaseResult {
+pub(crate) struct CaseResult {
     /// The test file.
     pub file: PathBuf,
     /// The line of the case's `name` (or of the problem, for a file that cannot be read).
@@ -43,26 +43,26 @@ pub struct CaseResult {
 
 impl CaseResult {
     /// Whether every expectation held.
-    pub fn passed(&self) -> bool {
+    pub(crate) fn passed(&self) -> bool {
         self.failures.is_empty()
     }
 }
 
 /// Every case's outcome, in file and case order.
 #[derive(Debug, Clone, Default)]
-pub struct Report {
+pub(crate) struct Report {
     /// The cases.
     pub cases: Vec<CaseResult>,
 }
 
 impl Report {
     /// How many cases failed.
-    pub fn failed(&self) -> usize {
+    pub(crate) fn failed(&self) -> usize {
         self.cases.iter().filter(|c| !c.passed()).count()
     }
 
     /// The printed report: a line per case, the mismatches under a failure, the summary.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut out = String::new();
         for case in &self.cases {
             let verdict = if case.passed() { "PASS" } else { "FAIL" };
@@ -89,7 +89,7 @@ impl Report {
 /// Runs the tests in `paths` (files, or directories searched recursively for YAML files holding
 /// `RuleTest` documents; default: `tests/` beside the rules directory) against the rules.
 /// An error means nothing could be run (invalid rules, no tests found).
-pub fn run(set: &RuleSet, paths: &[PathBuf], default_dir: &Path) -> Result<Report, CommandError> {
+pub(crate) fn run(set: &RuleSet, paths: &[PathBuf], default_dir: &Path) -> Result<Report, CommandError> {
     let files = discover(paths, default_dir)?;
     let mut report = Report::default();
     for file in files {
@@ -478,7 +478,7 @@ fn check_error(error: &PlanError, wanted: &model::ErrorExpectation) -> Vec<Strin
 }
 
 /// Where a plan error is reported: `template:line`, a template, or the rule file's `forEach`.
-pub fn error_location(error: &PlanError) -> Option<String> {
+pub(crate) fn error_location(error: &PlanError) -> Option<String> {
     match error {
         PlanError::Render(e) => match (&e.template, e.line) {
             (Some(t), Some(l)) => Some(format!("{t}:{l}")),
@@ -503,7 +503,7 @@ fn list_or_none(items: &[String]) -> String {
 
 /// `ruleop test` as a command: prints the report (or why nothing ran), writes `junit`, and
 /// returns the exit code: 0 all passed, 1 any failed, 2 nothing could be run.
-pub fn command(
+pub(crate) fn command(
     sources: &crate::cmd::cli::Sources,
     schemas: &crate::cmd::cli::SchemaSources,
     paths: &[PathBuf],

@@ -10,13 +10,13 @@ use serde_json::Value;
 use crate::engine::rules::model::Located;
 
 /// The kind of test documents (their apiVersion is the rules' `ruleop.io/v1alpha1`).
-pub const RULE_TEST_KIND: &str = "RuleTest";
+pub(crate) const RULE_TEST_KIND: &str = "RuleTest";
 
 /// A set of test cases for the rules, each planning one parent offline and checking the plan.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(title = "ruleop RuleTest")]
-pub struct RuleTestDocument {
+pub(crate) struct RuleTestDocument {
     /// Must be `ruleop.io/v1alpha1`.
     #[schemars(with = "String")]
     pub api_version: Located<String>,
@@ -32,7 +32,7 @@ pub struct RuleTestDocument {
 /// Identifies a test set.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TestMetadata {
+pub(crate) struct TestMetadata {
     /// Any name.
     pub name: String,
 }
@@ -40,7 +40,7 @@ pub struct TestMetadata {
 /// The cases of a test set.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TestSpec {
+pub(crate) struct TestSpec {
     /// The cases, run in order; each is independent of the others.
     pub cases: Vec<TestCase>,
 }
@@ -48,7 +48,7 @@ pub struct TestSpec {
 /// One parent, what the cluster holds around it, and what the plan must say.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TestCase {
+pub(crate) struct TestCase {
     /// A sentence saying what the case shows; printed with PASS or FAIL.
     #[schemars(with = "String")]
     pub name: Located<String>,
@@ -93,7 +93,7 @@ fn yes() -> bool {
 /// parent plans without an error.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Expectations {
+pub(crate) struct Expectations {
     /// Children that must be desired, each matched as a subset (see `ChildExpectation`).
     #[serde(default)]
     pub children: Vec<ChildExpectation>,
@@ -132,7 +132,7 @@ pub struct Expectations {
 /// Picks a desired or observed object.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ObjectSelector {
+pub(crate) struct ObjectSelector {
     /// Kind, e.g. `Service`.
     pub kind: String,
     /// Name.
@@ -145,7 +145,7 @@ pub struct ObjectSelector {
 /// A child that must be desired.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ChildExpectation {
+pub(crate) struct ChildExpectation {
     /// Kind, e.g. `Service`.
     pub kind: String,
     /// Name.
@@ -168,7 +168,7 @@ pub struct ChildExpectation {
 /// An action's decision.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ActionExpectation {
+pub(crate) struct ActionExpectation {
     /// Whether the action runs in this reconcile.
     pub run: bool,
     /// Text the decision's reason must contain (for a skip: why).
@@ -183,7 +183,7 @@ pub struct ActionExpectation {
 /// An error the plan must fail with.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ErrorExpectation {
+pub(crate) struct ErrorExpectation {
     /// Text the error message must contain.
     pub contains: String,
     /// Where it must be reported: the start of the error's location, e.g.
@@ -198,7 +198,7 @@ pub struct ErrorExpectation {
 /// What a reconcile does with the parent's finalizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub enum FinalizerExpectation {
+pub(crate) enum FinalizerExpectation {
     /// Added before any child is applied.
     Add,
     /// Removed: the deletion completes.

@@ -7,8 +7,8 @@
 //! reads the parent's Events, and builds one [`model::Trace`] that [`render`] prints as a tree,
 //! or that `-o json|yaml` serializes. Every request is a GET, LIST or a dry run.
 
-pub mod model;
-pub mod render;
+pub(crate) mod model;
+pub(crate) mod render;
 #[cfg(test)]
 mod testkit;
 
@@ -34,7 +34,7 @@ use crate::engine::rules::{Rule, RuleSet};
 use model::{Drift, Inputs, Trace};
 
 /// How often `--watch` reads the cluster again.
-pub const WATCH_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Dry runs sent at once.
 const CONCURRENCY: usize = 8;
@@ -44,7 +44,7 @@ const LISTED: usize = 20;
 
 /// What to trace and how to print it.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// `KIND/NAME` as given.
     pub target: String,
     /// The parent's namespace (default: the kubeconfig's).
@@ -56,7 +56,7 @@ pub struct Options {
 }
 
 /// `ruleop trace` as a command; returns the exit code (0 Ready, 1 not Ready, 2 error).
-pub fn command(sources: &Sources, options: &Options) -> u8 {
+pub(crate) fn command(sources: &Sources, options: &Options) -> u8 {
     let Some(set) = crate::cmd::live::load_rules(sources, "rules") else {
         return 2;
     };

@@ -21,9 +21,9 @@ use crate::engine::rules::Rule;
 use crate::engine::rules::model::{Scaling, UpdateStrategy};
 
 /// Objects of one `forEach` child shown one by one; the rest are folded into counts.
-pub const ITEMS_SHOWN: usize = 20;
+pub(crate) const ITEMS_SHOWN: usize = 20;
 /// Events shown, newest last.
-pub const EVENTS_SHOWN: usize = 10;
+pub(crate) const EVENTS_SHOWN: usize = 10;
 /// Longest name, key or short value shown.
 const SHORT_LIMIT: usize = 253;
 /// Longest drift diff shown.
@@ -34,7 +34,7 @@ const KEYS_SHOWN: usize = 50;
 /// Everything `ruleop trace` shows about one parent.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Trace {
+pub(crate) struct Trace {
     /// The parent itself.
     pub parent: ParentTrace,
     /// The rule that watches its kind.
@@ -62,7 +62,7 @@ pub struct Trace {
 /// The parent's identity, generation, conditions and deletion.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ParentTrace {
+pub(crate) struct ParentTrace {
     /// apiVersion.
     pub api_version: String,
     /// Kind.
@@ -94,7 +94,7 @@ pub struct ParentTrace {
 /// One status condition.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ConditionTrace {
+pub(crate) struct ConditionTrace {
     /// Type.
     #[serde(rename = "type")]
     pub type_: String,
@@ -112,7 +112,7 @@ pub struct ConditionTrace {
 /// What a deletion waits for (the plan's `deletion`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DeletionTrace {
+pub(crate) struct DeletionTrace {
     /// Why the finalizer stays (children still there, actions not done).
     pub waiting: Vec<String>,
     /// `on: delete` actions given up on after their timeout.
@@ -125,7 +125,7 @@ pub struct DeletionTrace {
 /// The rule that watches the parent's kind.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RuleTrace {
+pub(crate) struct RuleTrace {
     /// Its name.
     pub name: String,
     /// The digest of the rule and its templates as loaded from `--rules/--templates` (the
@@ -138,7 +138,7 @@ pub struct RuleTrace {
 /// One child of the rule.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ChildTrace {
+pub(crate) struct ChildTrace {
     /// The child's id.
     pub id: String,
     /// apiVersion.
@@ -179,7 +179,7 @@ pub struct ChildTrace {
 /// What `dependsOn` waits for.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct WaitingTrace {
+pub(crate) struct WaitingTrace {
     /// The first dependency that is not ready.
     pub on: String,
     /// Why it is not.
@@ -189,7 +189,7 @@ pub struct WaitingTrace {
 /// Objects of a `forEach` child not shown one by one.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Folded {
+pub(crate) struct Folded {
     /// How many.
     pub count: usize,
     /// How many of them do not exist.
@@ -203,7 +203,7 @@ pub struct Folded {
 /// An object's identity as shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectShown {
+pub(crate) struct ObjectShown {
     /// apiVersion.
     pub api_version: String,
     /// Kind.
@@ -228,7 +228,7 @@ impl ObjectShown {
 /// One object of a child.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ObjectTrace {
+pub(crate) struct ObjectTrace {
     /// Its identity.
     #[serde(flatten)]
     pub object: ObjectShown,
@@ -267,7 +267,7 @@ pub struct ObjectTrace {
 /// One action's decision and record.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ActionTrace {
+pub(crate) struct ActionTrace {
     /// Action id.
     pub id: String,
     /// Whether the next reconcile runs it.
@@ -298,7 +298,7 @@ pub struct ActionTrace {
 /// One Event about the parent.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct EventTrace {
+pub(crate) struct EventTrace {
     /// `Normal` or `Warning`.
     #[serde(rename = "type")]
     pub type_: String,
@@ -316,7 +316,7 @@ pub struct EventTrace {
 
 /// The outcome of one dry-run drift check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Drift {
+pub(crate) enum Drift {
     /// The live object already holds what the rules render (no dry run needed).
     Covered,
     /// Compared through a dry run: the unified diff of managed fields, empty when equal.
@@ -326,7 +326,7 @@ pub enum Drift {
 }
 
 /// What [`build`] reads.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// The rule watching the parent's kind.
     pub rule: &'a Rule,
     /// The live parent.
@@ -342,7 +342,7 @@ pub struct Inputs<'a> {
 }
 
 /// Builds the trace.
-pub fn build(inputs: &Inputs<'_>) -> Trace {
+pub(crate) fn build(inputs: &Inputs<'_>) -> Trace {
     let Inputs {
         rule,
         parent,
@@ -695,7 +695,7 @@ fn message(text: &str) -> String {
 
 /// `text` with every control character but newline and tab written as `\u{…}`, so a name or
 /// message cannot move the cursor, recolour or clear a terminal.
-pub fn clean(text: &str) -> String {
+pub(crate) fn clean(text: &str) -> String {
     if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
         return text.to_owned();
     }

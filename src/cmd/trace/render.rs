@@ -44,7 +44,7 @@ impl Style {
 }
 
 /// The tree text; `colour` for a terminal.
-pub fn tree(trace: &Trace, colour: bool) -> String {
+pub(crate) fn tree(trace: &Trace, colour: bool) -> String {
     let style = Style { colour };
     let mut out = String::new();
     let p = &trace.parent;

@@ -54,9 +54,9 @@ const SECRET: &str =
     "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{ metadata.name }}-creds\nstringData:\n  password: hunter2\n";
 const SEED: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-seed\n";
 
-pub const NOW: &str = "2026-12-02T10:00:00Z";
+pub(super) const NOW: &str = "2026-12-02T10:00:00Z";
 
-pub fn set() -> RuleSet {
+pub(super) fn set() -> RuleSet {
     let file = |name: &str, text: &str| (name.to_owned(), PathBuf::from(name), text.to_owned());
     let templates = [
         file("service.yaml.j2", SERVICE),
@@ -67,7 +67,7 @@ pub fn set() -> RuleSet {
     load_sources(&templates, &[file("app.yaml", RULE)]).expect("a valid rule")
 }
 
-pub fn parent(name: &str, items: usize) -> Value {
+pub(super) fn parent(name: &str, items: usize) -> Value {
     let items: Vec<String> = (0..items).map(|i| format!("i{i:02}")).collect();
     json!({
         "apiVersion": "example.io/v1", "kind": "App",
@@ -81,7 +81,7 @@ pub fn parent(name: &str, items: usize) -> Value {
     })
 }
 
-pub fn plan_of(set: &RuleSet, parent: &Value, observed: &[Value]) -> Plan {
+pub(super) fn plan_of(set: &RuleSet, parent: &Value, observed: &[Value]) -> Plan {
     plan::plan_with(
         &set.renderer,
         &set.rules[0],
@@ -94,7 +94,7 @@ pub fn plan_of(set: &RuleSet, parent: &Value, observed: &[Value]) -> Plan {
 }
 
 /// The objects a first plan renders, as if applied (the Service with a clusterIP: ready).
-pub fn applied(plan: &Plan) -> Vec<Value> {
+pub(super) fn applied(plan: &Plan) -> Vec<Value> {
     plan.children
         .iter()
         .map(|c| {
@@ -107,7 +107,12 @@ pub fn applied(plan: &Plan) -> Vec<Value> {
         .collect()
 }
 
-pub fn trace_of(parent: &Value, observed: &[Value], drift: &BTreeMap<ObjectRef, Drift>, events: &[Value]) -> Trace {
+pub(super) fn trace_of(
+    parent: &Value,
+    observed: &[Value],
+    drift: &BTreeMap<ObjectRef, Drift>,
+    events: &[Value],
+) -> Trace {
     let set = set();
     let plan = plan_of(&set, parent, observed);
     build(&Inputs {

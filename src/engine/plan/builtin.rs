@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// Checks `object` against the typed schema of its built-in kind; `Ok` for kinds not known here
 /// (custom resources are checked by the API server's strict field validation on apply).
-pub fn check_types(object: &Value) -> Result<(), String> {
+pub(crate) fn check_types(object: &Value) -> Result<(), String> {
     use k8s_openapi::api::{apps, batch, core, networking, policy, rbac};
     let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
@@ -37,7 +37,7 @@ pub fn check_types(object: &Value) -> Result<(), String> {
 }
 
 /// The resource name (plural) of a built-in kind, e.g. `statefulsets` for `apps/v1 StatefulSet`.
-pub fn plural(api_version: &str, kind: &str) -> Option<&'static str> {
+pub(crate) fn plural(api_version: &str, kind: &str) -> Option<&'static str> {
     use k8s_openapi::Resource;
     use k8s_openapi::api::{apps, batch, core, networking, policy, rbac};
     Some(match (api_version, kind) {
@@ -67,7 +67,7 @@ pub fn plural(api_version: &str, kind: &str) -> Option<&'static str> {
 }
 
 /// Whether a built-in kind is cluster-scoped (offline knowledge; `ruleop run` asks discovery).
-pub fn is_cluster_scoped(api_version: &str, kind: &str) -> bool {
+pub(crate) fn is_cluster_scoped(api_version: &str, kind: &str) -> bool {
     matches!(
         (api_version, kind),
         ("v1", "Namespace" | "PersistentVolume" | "Node")

@@ -13,15 +13,15 @@ use crate::engine::yaml;
 /// Annotation holding a digest of everything we render for a child: removing a field from a
 /// template changes it, so the removal is applied even though the live object still covers us;
 /// and `updateStrategy: Recreate` compares it to tell a changed rendering from drift.
-pub const ANNOTATION_DESIRED_HASH: &str = "ruleop.io/desired-hash";
+pub(crate) const ANNOTATION_DESIRED_HASH: &str = "ruleop.io/desired-hash";
 
 /// The digest [`ANNOTATION_DESIRED_HASH`] holds for a rendered object.
-pub fn desired_hash(object: &Value) -> String {
+pub(crate) fn desired_hash(object: &Value) -> String {
     hex(&Sha256::digest(object.to_string().as_bytes())[..8])
 }
 
 /// The digest a live object carries, if any.
-pub fn live_hash(live: &Value) -> Option<&str> {
+pub(crate) fn live_hash(live: &Value) -> Option<&str> {
     live.pointer("/metadata/annotations")?
         .get(ANNOTATION_DESIRED_HASH)?
         .as_str()
@@ -112,7 +112,7 @@ impl std::fmt::Display for ObjectRef {
 }
 
 /// What a template must produce.
-pub struct Declared<'a> {
+pub(crate) struct Declared<'a> {
     /// Id of the child or action, for messages and labels.
     pub id: &'a str,
     /// Declared apiVersion.
@@ -127,7 +127,7 @@ pub struct Declared<'a> {
 
 /// Where a rendered object may live, which decides how the parent owns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// In the parent's namespace only (objects created by actions).
     ParentNamespace,
     /// A child: in the parent's namespace (controller ownerReference), or, owned by labels,
@@ -139,7 +139,7 @@ pub enum Placement {
 }
 
 /// The length of `object` as compact JSON, counted without building the text.
-pub fn json_len(object: &Value) -> usize {
+pub(crate) fn json_len(object: &Value) -> usize {
     /// Counts what serde_json writes.
     struct Count(usize);
     impl std::io::Write for Count {
@@ -158,7 +158,7 @@ pub fn json_len(object: &Value) -> usize {
 }
 
 /// Renders one template into one checked object carrying our labels and owner reference.
-pub fn render_object(
+pub(crate) fn render_object(
     renderer: &Renderer,
     declared: &Declared<'_>,
     parent: &ParentRef,
@@ -239,7 +239,7 @@ pub fn render_object(
 }
 
 /// Renders a child and names it.
-pub fn desired_child(
+pub(crate) fn desired_child(
     renderer: &Renderer,
     declared: &Declared<'_>,
     on_immutable_change: ImmutableChangePolicy,

@@ -8,13 +8,13 @@ use super::PlanError;
 use crate::engine::template;
 
 /// Label naming the rule that made an object.
-pub const LABEL_RULE: &str = "ruleop.io/rule";
+pub(crate) const LABEL_RULE: &str = "ruleop.io/rule";
 /// Label holding the parent's UID.
-pub const LABEL_PARENT_UID: &str = "ruleop.io/parent-uid";
+pub(crate) const LABEL_PARENT_UID: &str = "ruleop.io/parent-uid";
 /// Label naming the child id within the rule.
-pub const LABEL_CHILD: &str = "ruleop.io/child";
+pub(crate) const LABEL_CHILD: &str = "ruleop.io/child";
 /// Label naming the action that created an object.
-pub const LABEL_ACTION: &str = "ruleop.io/action";
+pub(crate) const LABEL_ACTION: &str = "ruleop.io/action";
 
 /// The parent's identity, read once and checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl ParentRef {
 
 /// Builds the context of templates and expressions: `object`, `metadata`, `spec`, `status`,
 /// `children` (observed children by id), `rule` (`name`), plus `extra` entries (e.g. `action`).
-pub fn build(
+pub(crate) fn build(
     parent: &Value,
     children: &BTreeMap<String, &Value>,
     rule_name: &str,
@@ -97,12 +97,12 @@ pub fn build(
 }
 
 /// `base` with `entries` added or replacing its own: a lazy merge, the base is not copied.
-pub fn extend(base: &minijinja::Value, entries: serde_json::Map<String, Value>) -> minijinja::Value {
+pub(crate) fn extend(base: &minijinja::Value, entries: serde_json::Map<String, Value>) -> minijinja::Value {
     layer(base, template::to_value(&entries))
 }
 
 /// `base` seen through `top`: a key of `top` hides the same key of `base` (minijinja's
 /// `merge_maps` lets the last map win, whatever its doc example says).
-pub fn layer(base: &minijinja::Value, top: minijinja::Value) -> minijinja::Value {
+pub(crate) fn layer(base: &minijinja::Value, top: minijinja::Value) -> minijinja::Value {
     minijinja::value::merge_maps([base.clone(), top])
 }

@@ -26,10 +26,10 @@ use crate::engine::template::Renderer;
 
 /// The finalizer holding a parent's deletion until its label-owned children are deleted and its
 /// `on: delete` actions have run.
-pub const FINALIZER: &str = "ruleop.io/cleanup";
+pub(crate) const FINALIZER: &str = "ruleop.io/cleanup";
 
 /// How long `waitFor` may hold a deletion when the rule gives no `timeout`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How often a deletion waiting on `waitFor` looks again (the created object is not watched).
 const RECHECK: Duration = Duration::from_secs(1);
@@ -66,14 +66,14 @@ pub struct Deletion {
 }
 
 /// Whether an object (the parent, a child) is being deleted.
-pub fn is_deleting(object: &Value) -> bool {
+pub(crate) fn is_deleting(object: &Value) -> bool {
     object
         .pointer("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null())
 }
 
 /// Whether the parent carries our finalizer.
-pub fn has_finalizer(parent: &Value) -> bool {
+pub(crate) fn has_finalizer(parent: &Value) -> bool {
     parent
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)
@@ -85,7 +85,7 @@ pub fn has_finalizer(parent: &Value) -> bool {
 /// the garbage collector follows its ownerReference), or when an `on: delete` action would run
 /// (its `when` is true now). Once added it stays until the deletion (a parent whose `when`
 /// turned false is released quickly then).
-pub fn finalizer_step(
+pub(crate) fn finalizer_step(
     renderer: &Renderer,
     rule: &Rule,
     parent: &Value,
@@ -116,7 +116,7 @@ pub fn finalizer_step(
 }
 
 /// What planning a deletion reads.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// Renders `when` and `waitFor` expressions and action templates.
     pub renderer: &'a Renderer,
     /// The rule.
@@ -136,7 +136,7 @@ pub struct Inputs<'a> {
 }
 
 /// Where a deletion stands once its `on: delete` actions are planned.
-pub enum Stage {
+pub(crate) enum Stage {
     /// This reconcile's whole plan: an action runs or is waited for, or the children go.
     Done(Box<Plan>),
     /// The children go after a finalize phase whose `until` holds: the plan, to which the
@@ -155,7 +155,7 @@ pub enum Stage {
 /// Plans one reconcile of a parent being deleted: `on: delete` actions run or are waited for;
 /// once they are settled the finalize phase (if any) runs until its `until` holds; then the
 /// children are deleted and the finalizer removed.
-pub fn plan(inputs: &Inputs<'_>) -> Result<Stage, PlanError> {
+pub(crate) fn plan(inputs: &Inputs<'_>) -> Result<Stage, PlanError> {
     let Inputs { parent, parent_ref, .. } = *inputs;
     let mut deletion = Deletion::default();
     let status = DesiredStatus {
@@ -514,7 +514,7 @@ fn wait_for_holds(
 
 /// The merge patch adding or removing our finalizer, under the parent's resourceVersion so that
 /// a concurrent change to the list (another controller's finalizer) is a conflict, not a loss.
-pub fn finalizer_patch(parent: &Value, step: FinalizerStep) -> Option<Value> {
+pub(crate) fn finalizer_patch(parent: &Value, step: FinalizerStep) -> Option<Value> {
     let current: Vec<Value> = parent
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)

@@ -17,16 +17,16 @@ use crate::engine::rules::model::{ChildSpec, DEFAULT_MAX_ITEMS, Located};
 use crate::engine::template::Renderer;
 
 /// Label holding an item's key (or a hash of it when the key is not a valid label value).
-pub const LABEL_ITEM: &str = "ruleop.io/item";
+pub(crate) const LABEL_ITEM: &str = "ruleop.io/item";
 /// Annotation holding an item's key as written, what `children.<id>` is keyed by.
-pub const ANNOTATION_ITEM_KEY: &str = "ruleop.io/item-key";
+pub(crate) const ANNOTATION_ITEM_KEY: &str = "ruleop.io/item-key";
 
 /// Longest item or key quoted in an error message.
 const SHOWN_CHARS: usize = 60;
 
 /// One item of a `forEach`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Item {
+pub(crate) struct Item {
     /// Its identity: from `key`, the string item itself, or the map key.
     pub key: String,
     /// The item (`item` in templates).
@@ -34,7 +34,7 @@ pub struct Item {
 }
 
 /// The items of a `forEach` child, with unique keys, at most `maxItems` of them.
-pub fn items(
+pub(crate) fn items(
     renderer: &Renderer,
     rule: &Rule,
     child: &ChildSpec,
@@ -114,7 +114,7 @@ pub fn items(
 }
 
 /// The context of one item's template: `item` and `item_key` over the rule's context.
-pub fn item_context(base: &minijinja::Value, item: &Item) -> minijinja::Value {
+pub(crate) fn item_context(base: &minijinja::Value, item: &Item) -> minijinja::Value {
     layer(
         base,
         context! { item => crate::engine::template::to_value(&item.value), item_key => &item.key },
@@ -123,7 +123,7 @@ pub fn item_context(base: &minijinja::Value, item: &Item) -> minijinja::Value {
 
 /// Marks a rendered object as the object of one item: its key as label (hashed when it is not
 /// a valid label value) and as annotation (as written).
-pub fn mark(object: &mut Value, key: &str) {
+pub(crate) fn mark(object: &mut Value, key: &str) {
     let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
@@ -138,7 +138,7 @@ pub fn mark(object: &mut Value, key: &str) {
 
 /// The `ruleop.io/item` label value of a key: the key itself when it is a valid label value,
 /// else the first 16 hex digits of its SHA-256.
-pub fn label_value(key: &str) -> String {
+pub(crate) fn label_value(key: &str) -> String {
     let valid = !key.is_empty()
         && key.len() <= 63
         && key
@@ -154,7 +154,7 @@ pub fn label_value(key: &str) -> String {
 }
 
 /// The item key of an observed object: its annotation, else its label, else its name.
-pub fn observed_key(object: &Value) -> String {
+pub(crate) fn observed_key(object: &Value) -> String {
     let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str);
     text(&format!(
         "/metadata/annotations/{}",

@@ -17,7 +17,7 @@ use crate::engine::rules::model::{DeletionPolicy, UpdateStrategy};
 
 /// Annotation on a child rendered with `deletionPolicy: Orphan`: the live object itself says it
 /// is to be released, so it is even when the rule no longer declares the child.
-pub const ANNOTATION_DELETION_POLICY: &str = "ruleop.io/deletion-policy";
+pub(crate) const ANNOTATION_DELETION_POLICY: &str = "ruleop.io/deletion-policy";
 
 /// The annotation's value for `Orphan`.
 const ORPHAN: &str = "Orphan";
@@ -38,7 +38,7 @@ pub struct Release {
 }
 
 /// Marks a rendered child whose policy is `Orphan`.
-pub fn mark(object: &mut Value, policy: DeletionPolicy) {
+pub(crate) fn mark(object: &mut Value, policy: DeletionPolicy) {
     if policy != DeletionPolicy::Orphan {
         return;
     }
@@ -54,7 +54,7 @@ pub fn mark(object: &mut Value, policy: DeletionPolicy) {
 /// or, for a child the rule no longer declares, its annotation does. The annotation of a child
 /// the rule declares is not read: whoever may edit the object (a tenant) could add it to keep
 /// what the rule deletes.
-pub fn is_orphaned(rule: &Rule, live: &Value) -> bool {
+pub(crate) fn is_orphaned(rule: &Rule, live: &Value) -> bool {
     let declared = label(live, LABEL_CHILD).and_then(|id| rule.spec.children.iter().find(|c| c.id.value == id));
     match declared {
         Some(child) => child.deletion_policy == DeletionPolicy::Orphan,
@@ -68,7 +68,7 @@ pub fn is_orphaned(rule: &Rule, live: &Value) -> bool {
 }
 
 /// The release of a live child of the parent `parent_uid`.
-pub fn release(live: &Value, parent_uid: &str) -> Option<Release> {
+pub(crate) fn release(live: &Value, parent_uid: &str) -> Option<Release> {
     let target = ObjectRef::of(live)?;
     let nulled = |pointer: &str| -> Map<String, Value> {
         live.pointer(pointer)
@@ -110,7 +110,7 @@ pub fn release(live: &Value, parent_uid: &str) -> Option<Release> {
 }
 
 /// Splits live children to remove into those to delete and those to release.
-pub fn removals<'a>(
+pub(crate) fn removals<'a>(
     rule: &Rule,
     parent_uid: &str,
     objects: impl IntoIterator<Item = &'a Value>,
@@ -131,7 +131,7 @@ pub fn removals<'a>(
 /// (`ours`) and the children's readiness. A child that does not exist yet is always created.
 /// A rolling `forEach` changes its first changed item (in item order) only while every item
 /// exists, is ready and none is being deleted; the others keep their live objects.
-pub fn update_strategies(
+pub(crate) fn update_strategies(
     rule: &Rule,
     desired: &mut [DesiredChild],
     ours: &[&Value],

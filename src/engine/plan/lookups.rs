@@ -29,10 +29,10 @@ pub struct LookupKey {
 }
 
 /// A list lookup's namespace that means every namespace.
-pub const ALL_NAMESPACES: &str = "*";
+pub(crate) const ALL_NAMESPACES: &str = "*";
 
 /// The default bound of a list lookup.
-pub const DEFAULT_MAX_ITEMS: usize = 100;
+pub(crate) const DEFAULT_MAX_ITEMS: usize = 100;
 
 impl LookupKey {
     /// Whether this reads every object of the namespace (a list lookup), not one by name.
@@ -66,7 +66,7 @@ pub trait LookupSource {
 }
 
 /// No object exists (plans of rules without lookups, tests).
-pub struct NoLookups;
+pub(crate) struct NoLookups;
 
 impl LookupSource for NoLookups {
     fn get(&self, _key: &LookupKey) -> Option<Value> {
@@ -95,7 +95,7 @@ pub struct LookupRead {
 
 /// The objects every lookup of `rule` reads, from its name and namespace templates over the
 /// parent (`object`, `metadata`, `spec`, `status`, `rule`; not children or other lookups).
-pub fn keys(
+pub(crate) fn keys(
     renderer: &Renderer,
     rule: &Rule,
     parent_ref: &ParentRef,
@@ -189,7 +189,7 @@ pub(crate) fn has_labels(object: &Value, wanted: &std::collections::BTreeMap<Str
 
 /// Reads every lookup: what was read (for the plan) and the `lookups` context entry. An object
 /// without the lookup's `matchLabels` is not read (the cache does not hold it either).
-pub fn resolve(
+pub(crate) fn resolve(
     renderer: &Renderer,
     rule: &Rule,
     parent_ref: &ParentRef,

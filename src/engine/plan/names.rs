@@ -18,7 +18,7 @@ const ANNOTATIONS_LIMIT: usize = 256 * 1024;
 
 /// What the API server accepts as the name of one kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameRule {
+pub(crate) enum NameRule {
     /// RFC 1123 label: lowercase letters, digits, `-`; alphanumeric at both ends; at most 63.
     Label,
     /// RFC 1035 label: like [`NameRule::Label`], but starting with a letter (Services).
@@ -36,7 +36,7 @@ pub enum NameRule {
 impl NameRule {
     /// The rule for `(apiVersion, kind)`: the built-in kinds people render most, and a
     /// DNS-1123 subdomain for everything else (what custom resources get).
-    pub fn of(api_version: &str, kind: &str) -> NameRule {
+    pub(crate) fn of(api_version: &str, kind: &str) -> NameRule {
         let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
         match (group, kind) {
             ("", "Namespace") => NameRule::Label,
@@ -82,7 +82,7 @@ impl NameRule {
 }
 
 /// Checks `metadata.name` of a rendered object against the rule of its kind.
-pub fn check_name(object: &Value) -> Result<(), String> {
+pub(crate) fn check_name(object: &Value) -> Result<(), String> {
     let text = |field: &str| object.get(field).and_then(Value::as_str).unwrap_or_default();
     let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) else {
         return Ok(());
@@ -111,7 +111,7 @@ pub fn check_name(object: &Value) -> Result<(), String> {
 /// Checks the label and annotation keys and values of every object metadata in a rendered
 /// object (pod templates and claim templates included for built-in kinds), label selectors,
 /// and the data keys of ConfigMaps and Secrets.
-pub fn check_keys(object: &Value, builtin: bool) -> Result<(), String> {
+pub(crate) fn check_keys(object: &Value, builtin: bool) -> Result<(), String> {
     if let Some(metadata) = object.get("metadata") {
         check_metadata(metadata, "metadata")?;
     }

@@ -11,7 +11,7 @@ use crate::engine::rules::Rule;
 
 /// The observed objects of one child id.
 #[derive(Debug, Clone)]
-pub enum Group<'a> {
+pub(crate) enum Group<'a> {
     /// A plain child.
     One(&'a Value),
     /// A `forEach` child: item key -> object.
@@ -20,14 +20,14 @@ pub enum Group<'a> {
 
 /// A parent's observed children, by child id.
 #[derive(Debug, Clone, Default)]
-pub struct Observed<'a> {
+pub(crate) struct Observed<'a> {
     by_id: BTreeMap<String, Group<'a>>,
 }
 
 impl<'a> Observed<'a> {
     /// Groups objects already known to be this parent's children. Every `forEach` child gets a
     /// (possibly empty) map, so `children.<id> | length` works before anything exists.
-    pub fn group(rule: &Rule, ours: &[&'a Value]) -> Self {
+    pub(crate) fn group(rule: &Rule, ours: &[&'a Value]) -> Self {
         let mut by_id = BTreeMap::new();
         for child in rule.spec.children.iter().filter(|c| c.for_each.is_some()) {
             by_id.insert(child.id.value.clone(), Group::Items(BTreeMap::new()));
@@ -49,7 +49,7 @@ impl<'a> Observed<'a> {
     }
 
     /// The observed object of a plain child.
-    pub fn one(&self, id: &str) -> Option<&'a Value> {
+    pub(crate) fn one(&self, id: &str) -> Option<&'a Value> {
         match self.by_id.get(id) {
             Some(Group::One(object)) => Some(object),
             _ => None,
@@ -57,7 +57,7 @@ impl<'a> Observed<'a> {
     }
 
     /// The observed object of one item of a `forEach` child.
-    pub fn item(&self, id: &str, key: &str) -> Option<&'a Value> {
+    pub(crate) fn item(&self, id: &str, key: &str) -> Option<&'a Value> {
         match self.by_id.get(id) {
             Some(Group::Items(items)) => items.get(key).copied(),
             _ => None,
@@ -65,7 +65,7 @@ impl<'a> Observed<'a> {
     }
 
     /// Plain children only, by id (what actions' guards read).
-    pub fn singles(&self) -> BTreeMap<String, &'a Value> {
+    pub(crate) fn singles(&self) -> BTreeMap<String, &'a Value> {
         self.by_id
             .iter()
             .filter_map(|(id, group)| match group {
@@ -76,7 +76,7 @@ impl<'a> Observed<'a> {
     }
 
     /// `children.<id>` as a value: the object, or a map from item key to object.
-    pub fn value(&self, id: &str) -> Option<Value> {
+    pub(crate) fn value(&self, id: &str) -> Option<Value> {
         self.by_id.get(id).map(|group| match group {
             Group::One(object) => (*object).clone(),
             Group::Items(items) => Value::Object(
@@ -89,7 +89,7 @@ impl<'a> Observed<'a> {
     }
 
     /// Every child as the `children` context entry.
-    pub fn to_context(&self) -> Value {
+    pub(crate) fn to_context(&self) -> Value {
         let map: Map<String, Value> = self
             .by_id
             .keys()

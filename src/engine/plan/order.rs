@@ -19,7 +19,7 @@ use crate::engine::template::Renderer;
 
 /// A child whose `when` holds, with its items when it is a `forEach` child.
 #[derive(Debug, Clone)]
-pub struct Selected<'r> {
+pub(crate) struct Selected<'r> {
     /// The child as declared.
     pub child: &'r ChildSpec,
     /// `None` for a plain child; the items (possibly none) of a `forEach` child.
@@ -68,7 +68,7 @@ pub struct Waiting {
 /// every object it should have exists and its `readyWhen` (default: true) holds. A child whose
 /// `when` is false is not ready; a `forEach` child with no items is. An expression that fails
 /// on an observed object (a status field not written yet) means not ready, with the error.
-pub fn readiness(
+pub(crate) fn readiness(
     renderer: &Renderer,
     rule: &Rule,
     selected: &[Selected<'_>],
@@ -103,12 +103,12 @@ pub fn readiness(
 }
 
 /// An item key as messages quote it: keys come from parents, so they are cut to a readable length.
-pub fn shown_key(key: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn shown_key(key: &str) -> std::borrow::Cow<'_, str> {
     bounded(key, 80)
 }
 
 /// `Ok` when a `forEach` child's `readyWhen` holds on the observed object of `item`, else why not.
-pub fn item_ready(
+pub(crate) fn item_ready(
     renderer: &Renderer,
     rule: &Rule,
     child: &ChildSpec,
@@ -148,7 +148,7 @@ fn ready_when(
 }
 
 /// The `ready` context entry: child id -> bool.
-pub fn ready_context(readiness: &BTreeMap<String, Readiness>) -> Value {
+pub(crate) fn ready_context(readiness: &BTreeMap<String, Readiness>) -> Value {
     Value::Object(
         readiness
             .iter()
@@ -158,7 +158,7 @@ pub fn ready_context(readiness: &BTreeMap<String, Readiness>) -> Value {
 }
 
 /// Whether `child` must wait: its first dependency that is not ready.
-pub fn waits_for(child: &ChildSpec, readiness: &BTreeMap<String, Readiness>) -> Option<Waiting> {
+pub(crate) fn waits_for(child: &ChildSpec, readiness: &BTreeMap<String, Readiness>) -> Option<Waiting> {
     child.depends_on.iter().find_map(|dep| {
         let state = readiness.get(&dep.value)?;
         (!state.ready).then(|| Waiting {
@@ -171,7 +171,7 @@ pub fn waits_for(child: &ChildSpec, readiness: &BTreeMap<String, Readiness>) -> 
 
 /// The engine's `Ready` (for rules that define none): True when every desired child exists and
 /// is ready; otherwise False, naming the first child (in rule order) that is not.
-pub fn default_ready(
+pub(crate) fn default_ready(
     rule: &Rule,
     selected: &[Selected<'_>],
     readiness: &BTreeMap<String, Readiness>,
@@ -209,7 +209,7 @@ pub fn default_ready(
 
 /// A problem in the `dependsOn` graph, at the entry that causes it.
 #[derive(Debug)]
-pub struct GraphProblem<'r> {
+pub(crate) struct GraphProblem<'r> {
     /// The `dependsOn` entry.
     pub at: &'r Located<String>,
     /// What is wrong.
@@ -220,7 +220,7 @@ pub struct GraphProblem<'r> {
 
 /// Unknown ids and cycles in the children's `dependsOn` (each cycle reported once, at the entry
 /// that closes it).
-pub fn graph_problems(children: &[ChildSpec]) -> Vec<GraphProblem<'_>> {
+pub(crate) fn graph_problems(children: &[ChildSpec]) -> Vec<GraphProblem<'_>> {
     let ids: BTreeSet<&str> = children.iter().map(|c| c.id.value.as_str()).collect();
     let mut problems = Vec::new();
     for child in children {

@@ -26,7 +26,7 @@ use crate::engine::rules::Rule;
 
 /// The objects of `candidates` that are proven children (or action objects) of this parent.
 /// `lookups` answers whether a namespace matches the rule's `allowedNamespaceSelector`.
-pub fn owned<'a>(
+pub(crate) fn owned<'a>(
     rule: &Rule,
     parent: &ParentRef,
     candidates: &'a [Value],
@@ -48,7 +48,7 @@ pub fn owned<'a>(
 
 /// Whether `object` is proven to be this parent's, given the Namespaces the parent is proven to
 /// own (`owned_namespaces`).
-pub fn proves(
+pub(crate) fn proves(
     rule: &Rule,
     parent: &ParentRef,
     owned_namespaces: &BTreeSet<String>,
@@ -75,14 +75,14 @@ pub fn proves(
 }
 
 /// The `ruleop.io/parent` annotation's value for this parent: `<namespace>/<name>`.
-pub fn parent_annotation(parent: &ParentRef) -> String {
+pub(crate) fn parent_annotation(parent: &ParentRef) -> String {
     format!("{}/{}", parent.namespace, parent.name)
 }
 
 /// Whether an existing object may be written as this parent's child: it carries this parent's
 /// UID label or a controller ownerReference to it (what ruleop itself would have put there). An
 /// object without either belongs to someone else and is never taken over implicitly.
-pub fn may_take_over(object: &Value, parent_uid: &str) -> bool {
+pub(crate) fn may_take_over(object: &Value, parent_uid: &str) -> bool {
     label(object, LABEL_PARENT_UID) == Some(parent_uid) || has_controller_reference(object, parent_uid)
 }
 

@@ -14,7 +14,7 @@ use crate::engine::template::Renderer;
 
 /// The apply configuration for the parent's labels and annotations, or `None` when the rule has
 /// none or the parent already carries every one.
-pub fn plan(
+pub(crate) fn plan(
     renderer: &Renderer,
     rule: &Rule,
     parent: &Value,

@@ -8,12 +8,12 @@ use super::status::{ConditionStatus, WantedCondition};
 use super::{DesiredStatus, Plan, status_patch};
 
 /// The annotation that pauses a parent (value `"true"`; anything else does not).
-pub const ANNOTATION_PAUSED: &str = "ruleop.io/paused";
+pub(crate) const ANNOTATION_PAUSED: &str = "ruleop.io/paused";
 /// The condition a paused parent carries.
-pub const PAUSED: &str = "Paused";
+pub(crate) const PAUSED: &str = "Paused";
 
 /// Whether the parent is paused.
-pub fn is_paused(parent: &Value) -> bool {
+pub(crate) fn is_paused(parent: &Value) -> bool {
     parent
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(ANNOTATION_PAUSED))
@@ -23,7 +23,7 @@ pub fn is_paused(parent: &Value) -> bool {
 
 /// The plan of a paused parent: nothing but `Paused=True`. Its `observedGeneration` stays what
 /// the last reconcile before the pause saw.
-pub fn plan(parent: &Value, now: &str) -> Plan {
+pub(crate) fn plan(parent: &Value, now: &str) -> Plan {
     let observed = parent
         .pointer("/status/observedGeneration")
         .and_then(Value::as_i64)
@@ -61,7 +61,7 @@ pub fn plan(parent: &Value, now: &str) -> Plan {
 }
 
 /// `Paused=False` for a parent that says it is paused and no longer is, else nothing.
-pub fn resumed(parent: &Value) -> Option<WantedCondition> {
+pub(crate) fn resumed(parent: &Value) -> Option<WantedCondition> {
     let was_paused = parent
         .pointer("/status/conditions")
         .and_then(Value::as_array)?

@@ -31,7 +31,7 @@ pub struct HeldRemoval {
 }
 
 /// What planning an ordered `forEach` reads.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// Evaluates `readyWhen`.
     pub renderer: &'a Renderer,
     /// The rule.
@@ -48,7 +48,7 @@ pub struct Inputs<'a> {
 
 /// Applies `scaling: Ordered`: items not to be created yet get [`ChildUpdate::Wait`]; removals
 /// (deletes and releases) of every item but the next one are taken out and returned as held.
-pub fn order(
+pub(crate) fn order(
     inputs: &Inputs<'_>,
     desired: &mut [DesiredChild],
     prune: &mut Vec<ObjectRef>,
@@ -129,7 +129,7 @@ pub fn order(
 }
 
 /// Item keys in order: as numbers when both are integers (so `10` comes after `9`), else as text.
-pub fn compare_keys(a: &str, b: &str) -> Ordering {
+pub(crate) fn compare_keys(a: &str, b: &str) -> Ordering {
     match (a.parse::<i64>(), b.parse::<i64>()) {
         (Ok(a), Ok(b)) => a.cmp(&b),
         _ => a.cmp(b),

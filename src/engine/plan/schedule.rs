@@ -19,14 +19,14 @@ const MAX_COUNTED: u32 = 10_000;
 
 /// A parsed schedule.
 #[derive(Debug, Clone)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     cron: Cron,
     zone: Tz,
 }
 
 /// What the schedule says at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Slot {
+pub(crate) enum Slot {
     /// No slot since the parent was created: nothing to run before `next`.
     NotYet {
         /// The next slot.
@@ -53,7 +53,7 @@ pub enum Slot {
 impl Schedule {
     /// Parses a five-field cron expression (minute hour day-of-month month day-of-week, Sunday
     /// is 0 or 7, names and `@daily`-style nicknames allowed) and an IANA time zone name.
-    pub fn parse(expression: &str, time_zone: Option<&str>) -> Result<Self, String> {
+    pub(crate) fn parse(expression: &str, time_zone: Option<&str>) -> Result<Self, String> {
         let parser = CronParser::builder()
             .seconds(Seconds::Disallowed)
             .year(Year::Disallowed)
@@ -72,7 +72,7 @@ impl Schedule {
 
     /// The slot due at `now`, for a parent created at `created` whose last run was for the
     /// slot `last_run`, with `deadline` the `startingDeadline`.
-    pub fn due(
+    pub(crate) fn due(
         &self,
         now: jiff::Timestamp,
         created: Option<jiff::Timestamp>,

@@ -19,11 +19,11 @@ use crate::engine::rules::Rule;
 
 /// Annotation on label-owned children: `<namespace>/<name>` of the parent, so a watch event on
 /// the child (which has no ownerReference) re-reconciles the right parent.
-pub const ANNOTATION_PARENT: &str = "ruleop.io/parent";
+pub(crate) const ANNOTATION_PARENT: &str = "ruleop.io/parent";
 
 /// How the parent owns a rendered object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ownership {
+pub(crate) enum Ownership {
     /// A controller ownerReference: the garbage collector deletes it with the parent.
     Controller,
     /// Labels only: the engine deletes it while the parent's finalizer holds the deletion.
@@ -32,7 +32,11 @@ pub enum Ownership {
 
 /// Settles the rendered object's namespace: a cluster-scoped kind has none, a namespaced
 /// object without one gets the parent's. Says how the parent will own it.
-pub fn place(metadata: &mut Map<String, Value>, placement: Placement, parent: &ParentRef) -> Result<Ownership, String> {
+pub(crate) fn place(
+    metadata: &mut Map<String, Value>,
+    placement: Placement,
+    parent: &ParentRef,
+) -> Result<Ownership, String> {
     let rendered = metadata.get("namespace").and_then(Value::as_str).map(str::to_owned);
     match (placement, rendered) {
         (Placement::Child { cluster_scoped: true }, None) => Ok(Ownership::Labels),
@@ -53,7 +57,7 @@ pub fn place(metadata: &mut Map<String, Value>, placement: Placement, parent: &P
 }
 
 /// Whether an object is owned by labels (outside the parent's namespace, or cluster-scoped).
-pub fn is_label_owned(object: &Value, parent_namespace: &str) -> bool {
+pub(crate) fn is_label_owned(object: &Value, parent_namespace: &str) -> bool {
     object
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
@@ -63,7 +67,7 @@ pub fn is_label_owned(object: &Value, parent_namespace: &str) -> bool {
 /// Whether the rule lets children into `namespace` besides the parent's own and the ones the
 /// parent owns: it is in `spec.allowedNamespaces`, or the Namespace (as `lookups` has it) carries
 /// every label of `spec.allowedNamespaceSelector`.
-pub fn namespace_allowed(rule: &Rule, namespace: &str, lookups: &dyn LookupSource) -> bool {
+pub(crate) fn namespace_allowed(rule: &Rule, namespace: &str, lookups: &dyn LookupSource) -> bool {
     if rule.spec.allowed_namespaces.iter().any(|a| a.value == namespace) {
         return true;
     }
@@ -83,7 +87,7 @@ pub fn namespace_allowed(rule: &Rule, namespace: &str, lookups: &dyn LookupSourc
 }
 
 /// The allowed namespaces, for an error message.
-pub fn allowed_description(rule: &Rule) -> String {
+pub(crate) fn allowed_description(rule: &Rule) -> String {
     let mut allowed: Vec<String> = rule.spec.allowed_namespaces.iter().map(|a| a.value.clone()).collect();
     if !rule.spec.allowed_namespace_selector.is_empty() {
         let labels: Vec<String> = rule
@@ -108,7 +112,7 @@ pub fn allowed_description(rule: &Rule) -> String {
 /// take an existing object over unless the rule says `adopt: true`). Children
 /// into a desired Namespace not observed yet wait for it (like a `dependsOn`: not applied, not
 /// pruned). Anything else fails the whole plan.
-pub fn guard(
+pub(crate) fn guard(
     rule: &Rule,
     parent: &ParentRef,
     desired: Vec<DesiredChild>,

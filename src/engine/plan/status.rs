@@ -53,7 +53,12 @@ pub struct WantedCondition {
 /// Merges wanted conditions into the current list: a condition keeps its `lastTransitionTime`
 /// while its status is unchanged, so a status write never triggers another one. Conditions
 /// of other types (other writers, action records) are kept as they are.
-pub fn merge_conditions(current: &[Value], wanted: &[WantedCondition], generation: i64, now: &str) -> Vec<Value> {
+pub(crate) fn merge_conditions(
+    current: &[Value],
+    wanted: &[WantedCondition],
+    generation: i64,
+    now: &str,
+) -> Vec<Value> {
     let mut merged: Vec<Value> = Vec::with_capacity(current.len() + wanted.len());
     for condition in current {
         let type_ = condition.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -86,7 +91,7 @@ pub fn merge_conditions(current: &[Value], wanted: &[WantedCondition], generatio
 
 /// The status merge patch taking `current` to the managed values, or `None` if they already hold.
 /// A `null` value removes the field; a missing field equals `null`.
-pub fn patch(current: &Value, managed: Map<String, Value>) -> Option<Value> {
+pub(crate) fn patch(current: &Value, managed: Map<String, Value>) -> Option<Value> {
     let changed = managed
         .iter()
         .any(|(key, want)| current.get(key).unwrap_or(&Value::Null) != want);

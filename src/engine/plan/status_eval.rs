@@ -16,11 +16,11 @@ use crate::engine::rules::model::{ConditionSpec, FieldSource, Located};
 use crate::engine::template::{RenderError, Renderer};
 
 /// The reason of a condition whose expression (or reason or message template) failed.
-pub const EXPRESSION_FAILED: &str = "ExpressionFailed";
+pub(crate) const EXPRESSION_FAILED: &str = "ExpressionFailed";
 
 /// The status a rule asks for, as far as it could be evaluated.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct EvaluatedStatus {
+pub(crate) struct EvaluatedStatus {
     /// Fields that evaluated (`null` removes one); failed fields are absent, so they keep
     /// whatever the status holds.
     pub fields: Map<String, Value>,
@@ -31,7 +31,7 @@ pub struct EvaluatedStatus {
 }
 
 /// Evaluates the rule's status fields and conditions against the context of one plan.
-pub fn evaluate(
+pub(crate) fn evaluate(
     renderer: &Renderer,
     rule: &Rule,
     children: &Observed<'_>,
@@ -133,7 +133,7 @@ fn evaluate_condition(
 /// Where in the rule file a failed inline template or expression is: the line of its value
 /// plus the line within it, so the message points at the file people edit, not at the
 /// internal `<rule>#<field path>` template name.
-pub fn located<T>(rule: &Rule, source: &Located<T>, error: &RenderError) -> String {
+pub(crate) fn located<T>(rule: &Rule, source: &Located<T>, error: &RenderError) -> String {
     let start = &source.referenced;
     let within = error.line.unwrap_or(1).max(1) as u64 - 1;
     if within == 0 && start.column() > 0 {
@@ -144,7 +144,7 @@ pub fn located<T>(rule: &Rule, source: &Located<T>, error: &RenderError) -> Stri
 }
 
 /// A render error of an inline template or expression, relocated to the rule file's line.
-pub fn relocate<T>(rule: &Rule, source: &Located<T>, error: RenderError) -> RenderError {
+pub(crate) fn relocate<T>(rule: &Rule, source: &Located<T>, error: RenderError) -> RenderError {
     let at = located(rule, source, &error);
     RenderError {
         template: Some(at),
@@ -155,7 +155,7 @@ pub fn relocate<T>(rule: &Rule, source: &Located<T>, error: RenderError) -> Rend
 
 /// The first value `path` (RFC 9535 JSONPath) selects in `object`, as a status field reads it;
 /// `None` when nothing matches or the path does not parse.
-pub fn first_match(object: &Value, path: &str) -> Option<Value> {
+pub(crate) fn first_match(object: &Value, path: &str) -> Option<Value> {
     jsonpath_rust::query::js_path_vals(path, object)
         .ok()?
         .first()

@@ -15,7 +15,7 @@ use crate::engine::rules::model::{FieldSource, Located};
 use crate::engine::rules::{Rule, RuleSet};
 
 /// One warning line per unguarded access, with its rule file location and a hint.
-pub fn warnings(set: &RuleSet) -> Vec<String> {
+pub(crate) fn warnings(set: &RuleSet) -> Vec<String> {
     let mut out = Vec::new();
     for rule in &set.rules {
         rule_warnings(rule, &mut out);

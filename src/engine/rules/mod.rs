@@ -1,8 +1,8 @@
 //! Rules: the file model, loading and validating a directory into an immutable [`RuleSet`].
 
-pub mod lint;
+pub(crate) mod lint;
 pub mod load;
-pub mod model;
+pub(crate) mod model;
 
 use std::path::PathBuf;
 use std::time::Duration;

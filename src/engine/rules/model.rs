@@ -11,18 +11,18 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 /// The API version of rule documents.
-pub const RULE_API_VERSION: &str = "ruleop.io/v1alpha1";
+pub(crate) const RULE_API_VERSION: &str = "ruleop.io/v1alpha1";
 /// The kind of rule documents.
-pub const RULE_KIND: &str = "Rule";
+pub(crate) const RULE_KIND: &str = "Rule";
 
 /// A string with the place it was read from (file line and column).
-pub type Located<T> = Spanned<T>;
+pub(crate) type Located<T> = Spanned<T>;
 
 /// One rule: a watched custom resource kind, the children it owns, its guarded actions and its status.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(title = "ruleop Rule")]
-pub struct RuleDocument {
+pub(crate) struct RuleDocument {
     /// Must be `ruleop.io/v1alpha1`.
     #[schemars(with = "String")]
     pub api_version: Located<String>,
@@ -38,7 +38,7 @@ pub struct RuleDocument {
 /// Identifies a rule.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RuleMetadata {
+pub(crate) struct RuleMetadata {
     /// A DNS label (lowercase letters, digits, `-`), at most 63 characters.
     #[schemars(with = "String")]
     pub name: Located<String>,
@@ -234,7 +234,7 @@ pub struct ChildSpec {
 }
 
 /// Items of one `forEach` child when the rule does not set `maxItems`.
-pub const DEFAULT_MAX_ITEMS: u32 = 500;
+pub(crate) const DEFAULT_MAX_ITEMS: u32 = 500;
 
 /// A read-only object the rule reads (never writes): `lookups.<id>` in the context, or none
 /// when it does not exist.

@@ -11,7 +11,7 @@ use crate::engine::rules::model::ParentSchema;
 use crate::engine::rules::{Rule, RuleSet};
 
 /// The CRD of `rule`'s parent kind, when the rule has `spec.schema`.
-pub fn generate(rule: &Rule) -> Option<Value> {
+pub(crate) fn generate(rule: &Rule) -> Option<Value> {
     let schema = rule.spec.schema.as_ref()?;
     let watch = &rule.spec.watch;
     let (group, version) = watch.api_version.rsplit_once('/')?;
@@ -57,7 +57,7 @@ pub fn generate(rule: &Rule) -> Option<Value> {
 /// generated one is stale (an error, as a stale ClusterRole is); a missing one is a warning, and
 /// the generated CRD joins the catalog so the rule's reads are checked all the same. A schema
 /// that is not structural is an error.
-pub fn check_committed(set: &RuleSet, catalog: &mut Catalog) -> Report {
+pub(crate) fn check_committed(set: &RuleSet, catalog: &mut Catalog) -> Report {
     let mut report = Report::default();
     for rule in &set.rules {
         let Some(generated) = generate(rule) else { continue };

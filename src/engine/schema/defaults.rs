@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{AdditionalProperties, Schema};
 
 /// Applies `schema`'s defaults to `value` in place.
-pub fn apply(schema: &Schema, value: &mut Value) {
+pub(crate) fn apply(schema: &Schema, value: &mut Value) {
     match value {
         Value::Object(map) => {
             for (name, field) in &schema.properties {

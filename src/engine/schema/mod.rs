@@ -2,20 +2,20 @@
 //! and the nearest valid names for a misspelt one. Pure values; the catalog says where they
 //! come from.
 
-pub mod catalog;
-pub mod crd;
-pub mod defaults;
-pub mod reads;
-pub mod rule_check;
-pub mod sample;
-pub mod validate;
+pub(crate) mod catalog;
+pub(crate) mod crd;
+pub(crate) mod defaults;
+pub(crate) mod reads;
+pub(crate) mod rule_check;
+pub(crate) mod sample;
+pub(crate) mod validate;
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use catalog::Catalog;
+pub(crate) use catalog::Catalog;
 
 /// One node of a structural schema: the subset of OpenAPI v3 the API server uses to prune,
 /// default and validate a custom resource. Other keywords (`description`, `format`,
@@ -99,7 +99,7 @@ pub enum Step<'a> {
 }
 
 /// The fields of `metadata` every object has (ObjectMeta); a CRD's schema declares none of them.
-pub const OBJECT_META_FIELDS: &[&str] = &[
+pub(crate) const OBJECT_META_FIELDS: &[&str] = &[
     "annotations",
     "creationTimestamp",
     "deletionGracePeriodSeconds",
@@ -155,7 +155,7 @@ impl Schema {
 
 /// The names in `known` nearest to `wanted` (at most two edits, or a third of its length),
 /// nearest first: the "did you mean" of an unknown field.
-pub fn nearest<'a>(wanted: &str, known: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn nearest<'a>(wanted: &str, known: &[&'a str]) -> Vec<&'a str> {
     let limit = (wanted.chars().count() / 3).max(2);
     let mut scored: Vec<(usize, &str)> = known
         .iter()
@@ -172,7 +172,7 @@ pub fn nearest<'a>(wanted: &str, known: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// " (did you mean `a`?)" or the list of known names, for a message about an unknown field.
-pub fn did_you_mean(wanted: &str, known: &[&str]) -> String {
+pub(crate) fn did_you_mean(wanted: &str, known: &[&str]) -> String {
     let near = nearest(wanted, known);
     let quote = |names: &[&str]| names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
     if !near.is_empty() {

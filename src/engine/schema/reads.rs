@@ -15,7 +15,7 @@ use super::{OBJECT_META_FIELDS, Schema, Step};
 
 /// One step of a read path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Segment {
+pub(crate) enum Segment {
     /// `.name`, `["name"]` or a `dig` key.
     Field(String),
     /// `[0]`, a `dig` index, or the items of a `for` loop.
@@ -24,7 +24,7 @@ pub enum Segment {
 
 /// A path read from one of the context's variables.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Read {
+pub(crate) struct Read {
     /// The variable: `spec`, `status`, `metadata`, `object` or `item`.
     pub root: String,
     /// What is read below it.
@@ -35,7 +35,7 @@ pub struct Read {
 
 impl Read {
     /// `spec.storage.size`, `item.users[]`.
-    pub fn dotted(&self) -> String {
+    pub(crate) fn dotted(&self) -> String {
         let mut text = self.root.clone();
         for segment in &self.path {
             match segment {
@@ -55,7 +55,7 @@ const ROOTS: &[&str] = &["spec", "status", "metadata", "object", "item"];
 
 /// Every typed read of `source`, an object or text template. A source that does not compile
 /// has none (compiling it reports that).
-pub fn of_template(name: &str, source: &str) -> Vec<Read> {
+pub(crate) fn of_template(name: &str, source: &str) -> Vec<Read> {
     let config = TemplateConfig {
         syntax_config: SyntaxConfig::default(),
         default_auto_escape: Arc::new(|_| AutoEscape::None),
@@ -71,14 +71,14 @@ pub fn of_template(name: &str, source: &str) -> Vec<Read> {
 }
 
 /// Every typed read of an expression (`when`, `forEach`, `readyWhen`...).
-pub fn of_expression(name: &str, expression: &str) -> Vec<Read> {
+pub(crate) fn of_expression(name: &str, expression: &str) -> Vec<Read> {
     of_template(name, &format!("{{{{ ({expression}) }}}}"))
 }
 
 /// The path an expression reads when it is that path alone, maybe through a `dig` and filters
 /// that keep the value (`spec.users`, `spec | dig("users", [])`, `spec.users | default([])`):
 /// what a `forEach` iterates.
-pub fn sole_path(expression: &str) -> Option<Read> {
+pub(crate) fn sole_path(expression: &str) -> Option<Read> {
     let parts: Vec<&str> = expression.split('|').map(str::trim).collect();
     let is_path = |text: &str| !text.is_empty() && text.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '.');
     if !is_path(parts[0]) {
@@ -191,7 +191,7 @@ fn dig_keys(instructions: &Instructions<'_>, i: usize) -> Option<Vec<Segment>> {
 /// A read that leaves the schema: the path up to the unknown name, the name, and the names the
 /// schema has there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownField {
+pub(crate) struct UnknownField {
     /// The known part, e.g. `spec.storage`.
     pub at: String,
     /// The name that is not there.
@@ -202,7 +202,7 @@ pub struct UnknownField {
 
 /// What the roots of a parent's context are typed by.
 #[derive(Debug, Clone, Copy)]
-pub struct Typing<'a> {
+pub(crate) struct Typing<'a> {
     /// The parent's whole schema (`spec`, `status`).
     pub parent: &'a Schema,
     /// The schema of `item`, when the template belongs to a `forEach` over a typed list.
@@ -214,7 +214,7 @@ pub struct Typing<'a> {
 
 /// Resolves `read` against the schemas; `None` when every name is known (or the walk reaches
 /// a part that is not checked).
-pub fn check(read: &Read, typing: Typing<'_>) -> Option<UnknownField> {
+pub(crate) fn check(read: &Read, typing: Typing<'_>) -> Option<UnknownField> {
     let mut segments = read.path.iter();
     let mut at = read.root.clone();
     let mut schema = match read.root.as_str() {

@@ -13,7 +13,7 @@ use crate::engine::rules::{Rule, RuleSet, is_built_in_api};
 
 /// What the check found.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Report {
+pub(crate) struct Report {
     /// Reads and writes the schema does not have: the rule set is not accepted.
     pub errors: Vec<Diagnostic>,
     /// Kinds with no schema, which are therefore not checked.
@@ -22,7 +22,7 @@ pub struct Report {
 
 /// Checks every rule of `set` against `catalog`; `templates` is the templates directory (for
 /// locations).
-pub fn check(set: &RuleSet, catalog: &Catalog, templates: &Path) -> Report {
+pub(crate) fn check(set: &RuleSet, catalog: &Catalog, templates: &Path) -> Report {
     let mut report = Report::default();
     for rule in &set.rules {
         let watch = &rule.spec.watch;
@@ -54,7 +54,7 @@ pub fn check(set: &RuleSet, catalog: &Catalog, templates: &Path) -> Report {
 }
 
 /// Where schemas were looked for, for a warning.
-pub fn where_looked(catalog: &Catalog) -> String {
+pub(crate) fn where_looked(catalog: &Catalog) -> String {
     if catalog.sources.is_empty() {
         "no --crds given, and no deploy/crds or crds beside the rules".to_owned()
     } else {

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use super::Schema;
 
 /// The sample of `schema`.
-pub fn of(schema: &Schema) -> Value {
+pub(crate) fn of(schema: &Schema) -> Value {
     if let Some(example) = &schema.example {
         return example.clone();
     }

@@ -8,11 +8,11 @@ use serde_json::Value;
 use super::{AdditionalProperties, Schema};
 
 /// At most this many violations are reported for one object.
-pub const MAX_VIOLATIONS: usize = 20;
+pub(crate) const MAX_VIOLATIONS: usize = 20;
 
 /// One way a value breaks its schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
+pub(crate) struct Violation {
     /// The field, as a dotted path from the object's top (`spec.ports[0].port`).
     pub path: String,
     /// What is wrong.
@@ -27,7 +27,7 @@ impl std::fmt::Display for Violation {
 
 /// How a whole object is validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Top {
+pub(crate) enum Top {
     /// A Kubernetes object: `apiVersion`, `kind` and `metadata` are implied at the top.
     Object,
     /// A part of one (a status write), checked as it is.
@@ -36,7 +36,7 @@ pub enum Top {
 
 /// Every violation of `schema` by `value` (at most [`MAX_VIOLATIONS`]); `prefix` starts the
 /// paths (e.g. `status`).
-pub fn validate(schema: &Schema, value: &Value, top: Top, prefix: &str) -> Vec<Violation> {
+pub(crate) fn validate(schema: &Schema, value: &Value, top: Top, prefix: &str) -> Vec<Violation> {
     let mut walk = Walk { found: Vec::new() };
     walk.node(schema, value, prefix, top == Top::Object);
     walk.found

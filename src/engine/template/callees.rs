@@ -11,7 +11,7 @@ use minijinja::{AutoEscape, Environment, ErrorKind, context};
 
 /// A filter or test the template calls that `env` does not define.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownCallee {
+pub(crate) struct UnknownCallee {
     /// `filter` or `test`.
     pub what: &'static str,
     /// Its name as written.
@@ -22,7 +22,7 @@ pub struct UnknownCallee {
 
 /// The unknown filters and tests of `source` (a template), in source order, each once. A
 /// source that does not parse has none here: compiling it reports that.
-pub fn unknown_callees(env: &Environment<'_>, name: &str, source: &str) -> Vec<UnknownCallee> {
+pub(crate) fn unknown_callees(env: &Environment<'_>, name: &str, source: &str) -> Vec<UnknownCallee> {
     let config = TemplateConfig {
         syntax_config: SyntaxConfig::default(),
         default_auto_escape: Arc::new(|_| AutoEscape::None),
@@ -55,7 +55,7 @@ pub fn unknown_callees(env: &Environment<'_>, name: &str, source: &str) -> Vec<U
 }
 
 /// The unknown filters and tests of an expression (`when`, `forEach`, `{value}`).
-pub fn unknown_callees_of_expression(env: &Environment<'_>, name: &str, expression: &str) -> Vec<UnknownCallee> {
+pub(crate) fn unknown_callees_of_expression(env: &Environment<'_>, name: &str, expression: &str) -> Vec<UnknownCallee> {
     unknown_callees(env, name, &format!("{{{{ ({expression}) }}}}"))
 }
 

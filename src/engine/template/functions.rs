@@ -20,7 +20,7 @@ const MAX_UID_STRING: usize = 64;
 const UID_STRING_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
 /// Adds every filter and function of this module to `env`.
-pub fn register(env: &mut Environment<'static>) {
+pub(crate) fn register(env: &mut Environment<'static>) {
     env.add_filter("dig", dig);
     env.add_function("fail", fail);
     env.add_filter("b64encode", b64encode);

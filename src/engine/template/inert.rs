@@ -21,7 +21,7 @@ const LEADING_INDICATORS: &[char] = &['[', ']', '{', '}', ',', '#', '&', '*', '!
 const FORBIDDEN_ANYWHERE: &[char] = &['"', '\'', '\\', '{', '}', '[', ']', ','];
 
 /// Why a string cannot be written raw, or `None` when it is inert.
-pub fn why_not_inert(s: &str) -> Option<&'static str> {
+pub(crate) fn why_not_inert(s: &str) -> Option<&'static str> {
     let breaks_or_controls = |c: &char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}');
     if let Some(c) = s.chars().find(breaks_or_controls) {
         return Some(match c {
@@ -57,7 +57,7 @@ pub fn why_not_inert(s: &str) -> Option<&'static str> {
 
 /// The renderer's formatter: inert strings raw, scalars as JSON, maps and lists as JSON flow
 /// collections whose strings cannot close a surrounding YAML quote; everything else is an error.
-pub fn format_value(out: &mut Output, state: &mut State, value: &Value) -> Result<(), Error> {
+pub(crate) fn format_value(out: &mut Output, state: &mut State, value: &Value) -> Result<(), Error> {
     if value.is_safe() {
         return write(out, value.as_str().unwrap_or_default());
     }
@@ -107,7 +107,7 @@ pub fn format_value(out: &mut Output, state: &mut State, value: &Value) -> Resul
 /// `e` / `escape` in object templates: the value unchanged and not marked safe, so the guard
 /// judges it like any other (minijinja's own filter escapes for HTML and marks the result safe,
 /// which the formatter would write raw, line breaks included). A safe value stays safe.
-pub fn escape(value: Value) -> Value {
+pub(crate) fn escape(value: Value) -> Value {
     value
 }
 

@@ -6,21 +6,21 @@
 //! auto-escapes: minijinja would choose HTML or JSON escaping from a template's file extension
 //! (and an inline template's name ends in its field path, say `status.fields.html`).
 
-pub mod callees;
-pub mod functions;
-pub mod inert;
-pub mod placeholder;
+pub(crate) mod callees;
+pub(crate) mod functions;
+pub(crate) mod inert;
+pub(crate) mod placeholder;
 
 use minijinja::value::{Serde, Value};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
-pub use placeholder::Placeholders;
+pub(crate) use placeholder::Placeholders;
 use serde::Serialize;
 
 /// Instructions one render may execute before it is stopped (loops over huge lists, recursion).
-pub const FUEL: u64 = 500_000;
+pub(crate) const FUEL: u64 = 500_000;
 /// Largest rendered output accepted, in bytes.
-pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
+pub(crate) const MAX_OUTPUT_BYTES: usize = 1 << 20;
 
 /// A failed render or expression evaluation, with the template and line when known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -251,12 +251,12 @@ fn check_size(name: &str, output: String) -> Result<String, RenderError> {
 
 /// Whether a rule's text is a Jinja template rather than a constant (a constant lookup
 /// namespace or schedule is the platform's, a template one is rendered per parent).
-pub fn is_template(text: &str) -> bool {
+pub(crate) fn is_template(text: &str) -> bool {
     text.contains("{{") || text.contains("{%")
 }
 
 /// Converts any serialisable value into a template value.
-pub fn to_value<T: Serialize>(value: &T) -> Value {
+pub(crate) fn to_value<T: Serialize>(value: &T) -> Value {
     Value::from(Serde(value))
 }
 

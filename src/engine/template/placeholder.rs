@@ -31,7 +31,7 @@ const MID: char = '\u{E001}';
 const CLOSE: char = '\u{E002}';
 
 /// Most bytes of original strings one render may record (on top of the output limit).
-pub const MAX_RECORDED_BYTES: usize = super::MAX_OUTPUT_BYTES;
+pub(crate) const MAX_RECORDED_BYTES: usize = super::MAX_OUTPUT_BYTES;
 
 /// The strings one render wrote as tokens, by index. Empty (and nonce-less) until first used.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -148,7 +148,7 @@ impl Placeholders {
 /// in any case, anything starting with a digit, sign or dot (integers in every base, `1_000`,
 /// sexagesimal `12:30`, floats, `.inf`, timestamps), and the merge and value keys `<<` and `=`.
 /// Deliberately broad: a string caught here that would have stayed a string only costs a token.
-pub fn retypes(s: &str) -> bool {
+pub(crate) fn retypes(s: &str) -> bool {
     let Some(first) = s.chars().next() else {
         return true;
     };

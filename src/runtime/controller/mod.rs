@@ -34,10 +34,10 @@ use crate::runtime::workers::Workers;
 
 /// Reconciles per rule when the rule does not say (`maxConcurrentReconciles`; a reload may burst
 /// above it, see [`Workers`]).
-pub const DEFAULT_CONCURRENCY: u16 = 5;
+pub(crate) const DEFAULT_CONCURRENCY: u16 = 5;
 
 /// State shared by every controller of the process.
-pub struct Shared {
+pub(crate) struct Shared {
     /// The API client.
     pub client: Client,
     /// The current rule set and the kinds it resolved to; swapped whole on reload.
@@ -63,7 +63,7 @@ pub struct Shared {
 
 impl Shared {
     /// The rule set and kinds a reconcile uses from start to end.
-    pub fn snapshot(&self) -> (Arc<RuleSet>, Arc<Kinds>) {
+    pub(crate) fn snapshot(&self) -> (Arc<RuleSet>, Arc<Kinds>) {
         match self.current.read() {
             Ok(guard) => guard.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -73,7 +73,7 @@ impl Shared {
 
 /// Why a reconcile failed (it is retried with backoff).
 #[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
+pub(crate) enum ReconcileError {
     /// No plan could be made.
     #[error(transparent)]
     Plan(#[from] PlanError),
@@ -149,7 +149,7 @@ fn parent_key(parent: &DynamicObject) -> String {
 }
 
 /// A running controller and the handles to steer it.
-pub struct RunningController {
+pub(crate) struct RunningController {
     /// `(apiVersion, kind)` watched.
     pub watched: (String, String),
     /// Kinds owned (watched for changes to children).
@@ -166,18 +166,18 @@ pub struct RunningController {
 
 impl RunningController {
     /// Re-reconciles every parent (the rule changed).
-    pub fn reconcile_all(&self) {
+    pub(crate) fn reconcile_all(&self) {
         let _ = self.reconcile_all.unbounded_send(());
     }
 
     /// The task that runs it, to learn when it ends by itself.
-    pub fn task(&mut self) -> &mut tokio::task::JoinHandle<()> {
+    pub(crate) fn task(&mut self) -> &mut tokio::task::JoinHandle<()> {
         &mut self.task
     }
 
     /// Stops watching; in-flight reconciles finish first (those still waiting for a worker are
     /// dropped). What has not finished by `deadline` is aborted, so a stop always ends.
-    pub async fn stop_by(mut self, deadline: tokio::time::Instant) {
+    pub(crate) async fn stop_by(mut self, deadline: tokio::time::Instant) {
         self.workers.close();
         let _ = self.stop.send(());
         if tokio::time::timeout_at(deadline, &mut self.task).await.is_err() {
@@ -187,4 +187,4 @@ impl RunningController {
     }
 }
 
-pub use streams::start;
+pub(crate) use streams::start;

@@ -130,7 +130,7 @@ fn synced_signal(indexes: &[Arc<ChildIndex>]) -> tokio::sync::watch::Receiver<bo
 }
 
 /// Starts the controller of one rule.
-pub fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningController, NotResolved> {
+pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningController, NotResolved> {
     let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
     let parent_kind = kinds.resolved(&watched.0, &watched.1)?.clone();
     let mut config = watcher::Config::default();

@@ -1,14 +1,17 @@
 //! The operator's memory over N converged Databases (issue 13): RSS empty, steady after
 //! convergence, and after a restart that lists everything; bytes per cached object. A
-//! measurement, not part of `make test`:
+//! measurement, not a test (`make measure-memory`; it starts a control plane as the tests do,
+//! or uses the one `KUBECONFIG` names):
 //!
 //! ```sh
-//! MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 \
-//!   RULEOP_BIN=target/release/ruleop MEMORY_N=1000 cargo test --test memory -- --ignored --nocapture
+//! MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 MEMORY_N=1000 cargo bench --bench memory
 //! ```
+//!
+//! (`cargo bench` runs the release binary it builds; `RULEOP_BIN` names another)
 //!
 //! (the two allocator settings are deploy/deployment.yaml's; the operator inherits them)
 
+#[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};
@@ -43,8 +46,10 @@ fn settle(operator: &Operator, quiet: Duration) -> u64 {
     last
 }
 
-#[test]
-#[ignore = "a measurement: run with --ignored (see the module doc)"]
+fn main() {
+    memory_over_n_converged_databases();
+}
+
 fn memory_over_n_converged_databases() {
     let n: usize = std::env::var("MEMORY_N")
         .ok()

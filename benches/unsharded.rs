@@ -1,0 +1,44 @@
+//! The 300 parents of tests/sharding.rs with one replica and no shards, for the comparison in
+//! docs/operations/sharding.md (what the three replicas there split). A measurement, not a test
+//! (`make measure-unsharded`).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::fleet::{all_backed_up, databases_yaml};
+use support::*;
+
+const PARENTS: usize = 300;
+const WAIT: Duration = Duration::from_secs(300);
+
+fn main() {
+    one_replica_alone_over_the_same_parents_for_comparison();
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+fn one_replica_alone_over_the_same_parents_for_comparison() {
+    install_crds();
+    let ns = Namespace::new("unsharded");
+    let rules = rules_dir(str::to_owned);
+    let alone = Operator::start(rules.path(), &support::templates(), &ns.0);
+    let cpu_before = alone.cpu();
+    let created = Instant::now();
+    apply_yaml(&ns.0, &databases_yaml(PARENTS, 1));
+    wait_until(WAIT, "300 databases reconciled with their backups", || {
+        all_backed_up(&ns.0, PARENTS)
+    });
+    alone.idle_reconciles("database");
+    println!(
+        "one replica, {PARENTS} parents: created and backed up in {:?}, {} reconciles, {} writes, CPU {:?} while reconciling, RSS {:.1} MB",
+        created.elapsed(),
+        alone.reconciles("database"),
+        alone.writes(),
+        alone.cpu().saturating_sub(cpu_before),
+        mb(alone.rss()),
+    );
+}
