@@ -356,8 +356,8 @@ fn a_database_keeps_its_rows_through_backup_restore_a_minor_upgrade_and_its_fina
         "the Job logged the file and the size it has on the volume ({bytes}): {log}"
     );
     assert!(
-        bytes > 10_000,
-        "a pg_dump archive with 1,000 rows, not an empty one: {bytes} bytes"
+        bytes > 4_000,
+        "a pg_dump archive with 1,000 rows (an empty database's is about 1 kB): {bytes} bytes"
     );
     eprintln!("backup {file}: {bytes} bytes on the volume");
     steps.done("backup requested (annotation) -> Job succeeded, dump on the volume, status Succeeded");
@@ -487,7 +487,7 @@ fn a_database_keeps_its_rows_through_backup_restore_a_minor_upgrade_and_its_fina
         .unwrap_or_else(|| panic!("the final dump's file in the log: {log}"))
         .to_owned();
     assert!(
-        dump_size(ns, "shop-backups", &final_file) > 10_000,
+        dump_size(ns, "shop-backups", &final_file) > 4_000,
         "the final dump is on the released volume"
     );
     assert!(
