@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # The demo: start the local control plane, install ruleop, create the example Database, show its
-# children and status, change replicas, delete it and show the cascade. Everything it starts is
-# stopped on exit. Two modes (RULEOP_DEMO=node|light; default node when this machine can run the
-# test node: root, cgroup v1, no other node running):
+# children and status, then its data story: rows written, a backup that succeeded (its file and
+# size), a restore, and deletion with a final backup. Everything it starts is stopped on exit.
+# Two modes (RULEOP_DEMO=node|light; default node when this machine can run the test node: root,
+# cgroup v1, no other node running):
 #
 #   node   the control plane with a node (tests/node): `make image`, ruleop installed with
 #          `kubectl apply -k` of deploy/ (the test overlay) and running as a Pod, the Database's
-#          StatefulSet running real Postgres pods until the Database is Ready
-#   light  the control plane only: ruleop runs here as a process with rules/; the StatefulSet is
-#          stored but no pod runs, so the Database stays Ready=False
+#          StatefulSet running real Postgres pods until the Database is Ready, backup and restore
+#          Jobs that really run pg_dump and pg_restore
+#   light  the control plane only: ruleop runs here as a process with rules/; the StatefulSet and
+#          the Jobs are stored but nothing runs them, so the Database stays Ready=False
+#          (ReplicasNotReady), no row is written, and the backup and restore Jobs it creates
+#          never finish (their result stays Running): light shows what ruleop decides and
+#          writes, not Postgres
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -80,52 +85,75 @@ else
   ruleop_pid=$!
 fi
 
-say "creating the example Database"
+say "creating the example Database (before its Secret: Ready=False names the missing Secret)"
 show cat examples/database.yaml
-if [[ "$mode" == node ]]; then
-  show kubectl create secret generic orders-credentials --from-literal=password=demo
-fi
 created=$SECONDS
 show kubectl apply -f examples/database.yaml
-wait_for 60 "observedGeneration" sh -c '[ "$(kubectl get database orders -o jsonpath={.status.observedGeneration})" = 1 ]'
+wait_for 60 "Ready=False SecretNotFound" sh -c '[ "$(kubectl get database orders -o jsonpath="{.status.conditions[?(@.type==\"Ready\")].reason}")" = SecretNotFound ]'
+show kubectl get database orders -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}{"\n"}'
+show kubectl create secret generic orders-credentials --from-literal=password=demo
 if [[ "$mode" == node ]]; then
   say "waiting for the Postgres pods to become ready and the Database Ready"
   show kubectl wait database/orders --for=condition=Ready --timeout=300s
   echo "Database Ready $((SECONDS - created)) s after it was created"
   show kubectl get pods -l app=orders -o wide
   show kubectl exec orders-0 -- psql -U postgres -Atc 'select version()'
+else
+  wait_for 60 "Ready=False ReplicasNotReady" sh -c '[ "$(kubectl get database orders -o jsonpath="{.status.conditions[?(@.type==\"Ready\")].reason}")" = ReplicasNotReady ]'
 fi
 
 say "children and status"
-show kubectl get services,statefulsets,jobs -l ruleop.io/rule=database -o wide
+show kubectl get services,statefulsets,persistentvolumeclaims,jobs -l ruleop.io/rule=database
 show kubectl get statefulset orders -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} owns it{"\n"}'
-show kubectl get database orders
-show kubectl get database orders -o jsonpath='{.status}{"\n"}'
+show kubectl get database orders -o wide
 
-say "scaling to 3 replicas"
-show kubectl patch database orders --type=merge -p '{"spec":{"replicas":3}}'
-wait_for 30 "the StatefulSet update" sh -c '[ "$(kubectl get statefulset orders -o jsonpath={.spec.replicas})" = 3 ]'
 if [[ "$mode" == node ]]; then
-  show kubectl wait database/orders --for=jsonpath='{.status.readyReplicas}'=3 --timeout=300s
-  show kubectl get database orders
+  say "writing 1,000 rows into the first pod (the one the Service and the backups reach)"
+  show kubectl exec orders-0 -- psql -U postgres -v ON_ERROR_STOP=1 -qc "create table items (id int primary key, name text); insert into items select g, 'item ' || g from generate_series(1, 1000) g"
+  show kubectl exec orders-0 -- psql -U postgres -Atc 'select count(*) from items'
 fi
-show kubectl get statefulset orders -o jsonpath='replicas={.spec.replicas}{"\n"}'
-show kubectl get database orders -o jsonpath='observedGeneration={.status.observedGeneration} generation={.metadata.generation}{"\n"}'
-show kubectl get jobs -l ruleop.io/action=backup
+
+say "requesting a backup (annotation myorg.io/backup-request, once per value)"
+show kubectl annotate database orders myorg.io/backup-request=demo-1
+wait_for 60 "the backup Job" sh -c '[ -n "$(kubectl get jobs -l ruleop.io/action=backup-request -o name)" ]'
+job=$(kubectl get jobs -l ruleop.io/action=backup-request -o jsonpath='{.items[0].metadata.name}')
+if [[ "$mode" == node ]]; then
+  wait_for 180 "the backup in status" sh -c "[ \"\$(kubectl get database orders -o jsonpath='{.status.lastBackupJob}/{.status.lastBackupResult}')\" = $job/Succeeded ]"
+  show kubectl logs "job/$job"
+fi
+show kubectl get database orders -o jsonpath='lastBackupJob={.status.lastBackupJob} lastBackupResult={.status.lastBackupResult} lastBackupFile={.status.lastBackupFile} lastBackupTime={.status.lastBackupTime}{"\n"}'
+
+if [[ "$mode" == node ]]; then
+  say "dropping the table, then restoring it from that file (annotation myorg.io/restore-from)"
+  show kubectl exec orders-0 -- psql -U postgres -qc 'drop table items'
+  file=$(kubectl get database orders -o jsonpath='{.status.lastBackupFile}')
+  show kubectl annotate database orders "myorg.io/restore-from=$file"
+  show kubectl wait database/orders --for=condition=RestoreSucceeded --timeout=180s
+  show kubectl logs "job/$(kubectl get database orders -o jsonpath='{.status.lastRestoreJob}')"
+  show kubectl exec orders-0 -- psql -U postgres -Atc 'select count(*) from items'
+else
+  say "a restore request (annotation myorg.io/restore-from): its Job is created, nothing runs it here"
+  show kubectl annotate database orders myorg.io/restore-from=orders-0123456789abcdef.pgc
+  wait_for 60 "the restore Job" sh -c '[ -n "$(kubectl get jobs -l ruleop.io/action=restore -o name)" ]'
+fi
+show kubectl get database orders -o jsonpath='lastRestoreJob={.status.lastRestoreJob} lastRestoreFrom={.status.lastRestoreFrom} lastRestoreResult={.status.lastRestoreResult}{"\n"}'
 
 if [[ "$mode" == light ]]; then
   say "light mode runs no Jobs: backups off first, or the final backup would hold the deletion for its 10m timeout"
   show kubectl patch database orders --type=merge -p '{"spec":{"backup":{"enabled":false}}}'
 fi
 
-say "deleting the Database: the garbage collector removes its children"
+say "deleting the Database: the final backup first, then the garbage collector removes its children"
+deleted=$SECONDS
 show kubectl delete database orders
+echo "Database gone $((SECONDS - deleted)) s after the delete request"
 # The final backup (an `on: delete` action) runs first and is waited for; its Job belongs to no
-# one, so it stays.
+# one, so it stays, and so does the backups volume (deletionPolicy: Orphan) with every dump.
 wait_for 120 "the cascade" sh -c '[ -z "$(kubectl get services,statefulsets,jobs -l ruleop.io/rule=database,ruleop.io/action!=final-backup -o name)" ]'
-show kubectl get services,statefulsets,jobs -l ruleop.io/rule=database
-
+show kubectl get services,statefulsets,persistentvolumeclaims,jobs
 if [[ "$mode" == node ]]; then
+  show kubectl logs "job/$(kubectl get jobs -l ruleop.io/action=final-backup -o jsonpath='{.items[0].metadata.name}')"
+
   say "ruleop's own log (the Pod's)"
   kubectl -n ruleop-system logs deployment/ruleop --tail=5
 fi

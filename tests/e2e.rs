@@ -188,53 +188,314 @@ fn an_invalid_rule_edit_keeps_the_last_good_rules_running_and_says_rejected_with
     assert!(node::pods()[0].2, "and ready");
 }
 
+/// `select version()` on the Database's first pod (the one its Service and Jobs reach).
+fn psql(namespace: &str, pod: &str, sql: &str) -> String {
+    kubectl_ok(&[
+        "exec",
+        "-n",
+        namespace,
+        pod,
+        "-c",
+        "postgres",
+        "--",
+        "psql",
+        "-U",
+        "postgres",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-Atc",
+        sql,
+    ])
+    .trim()
+    .to_owned()
+}
+
+/// The Job that action `action` of a Database created last (empty while there is none).
+fn job_of(namespace: &str, action: &str) -> String {
+    kubectl_ok(&[
+        "get",
+        "jobs",
+        "-n",
+        namespace,
+        "-l",
+        &format!("ruleop.io/action={action}"),
+        "--sort-by=.metadata.creationTimestamp",
+        "-o",
+        "jsonpath={.items[-1:].metadata.name}",
+    ])
+}
+
+/// Where the node's hostPath provisioner keeps the volume of claim `pvc` (this test runs on the
+/// node's host, so the dumps can be read without the Jobs' word for it).
+fn volume_dir(namespace: &str, pvc: &str) -> std::path::PathBuf {
+    let pv = get(namespace, &format!("pvc/{pvc}"), "{.spec.volumeName}");
+    assert!(!pv.is_empty(), "claim {pvc} is bound");
+    std::path::PathBuf::from(kubectl_ok(&[
+        "get",
+        &format!("pv/{pv}"),
+        "-o",
+        "jsonpath={.spec.hostPath.path}",
+    ]))
+}
+
+/// The size of `file` on the backups volume, from the file itself.
+fn dump_size(namespace: &str, pvc: &str, file: &str) -> u64 {
+    let path = volume_dir(namespace, pvc).join(file);
+    std::fs::metadata(&path)
+        .unwrap_or_else(|e| panic!("the dump {} on the backups volume: {e}", path.display()))
+        .len()
+}
+
+/// The pods of Database `name`: (pod, image, ready), by name.
+fn database_pods(namespace: &str, name: &str) -> Vec<(String, String, bool)> {
+    kubectl_ok(&[
+        "get",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        &format!("app={name}"),
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name} {.spec.containers[0].image} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+    ])
+    .lines()
+    .filter_map(|line| {
+        let mut fields = line.split_whitespace();
+        Some((fields.next()?.to_owned(), fields.next()?.to_owned(), fields.next() == Some("True")))
+    })
+    .collect()
+}
+
+/// Steps and their durations, printed as they end and once more together at the end.
+struct Steps(Vec<(&'static str, u128)>, Instant);
+
+impl Steps {
+    fn new() -> Self {
+        Steps(Vec::new(), Instant::now())
+    }
+
+    fn done(&mut self, step: &'static str) {
+        let took = ms(self.1);
+        eprintln!("step: {step}: {took} ms");
+        self.0.push((step, took));
+        self.1 = Instant::now();
+    }
+}
+
+impl Drop for Steps {
+    fn drop(&mut self) {
+        for (step, took) in &self.0 {
+            eprintln!("  {took:>7} ms  {step}");
+        }
+    }
+}
+
+/// The whole story of issue 23, driven by kubectl only, on the shipped rules and templates:
+/// data written, backed up, dropped, restored, carried through a minor-version roll, a backup
+/// that fails visibly for a wrong password, and the final backup at deletion. The version goes
+/// up, 16.13 -> 16.15: the node has these two builds, and a minor upgrade (same data directory
+/// format within a major) is what users do; tests/node_network.rs also serves a 16.13 data
+/// directory with 16.15.
 #[test]
-fn the_backup_job_dumps_the_database_onto_its_backups_volume_with_the_statefulsets_credentials() {
+fn a_database_keeps_its_rows_through_backup_restore_a_minor_upgrade_and_its_final_backup() {
     let _ruleop = node::ruleop();
-    let ns = Namespace::new("e2e-backup");
+    let ns = Namespace::new("e2e-story");
+    let ns = ns.0.as_str();
+    let mut steps = Steps::new();
+
+    // 1. The Secret and the Database: Ready, and real PostgreSQL 16 answers.
+    support::apply_yaml(
+        ns,
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: shop-credentials}\nstringData: {password: story-secret}\n---\n\
+         apiVersion: myorg.io/v1\nkind: Database\nmetadata: {name: shop}\n\
+         spec: {version: \"16.13\", replicas: 2, storage: {size: 1Gi}, backup: {enabled: true}}\n",
+    );
+    wait_until(POD_READY, "Database shop Ready with 2 ready replicas", || {
+        condition(ns, "database/shop", "Ready") == "True" && ready_replicas(ns, "shop") == "2"
+    });
+    let version = psql(ns, "shop-0", "select version()");
+    assert!(version.starts_with("PostgreSQL 16.13 "), "{version}");
+    steps.done("Secret + Database created -> Ready (2 replicas), select version() says 16.13");
+
+    // 2. A table of 1,000 rows, on the first pod (the one the Service selects).
+    psql(
+        ns,
+        "shop-0",
+        "create table items (id int primary key, name text not null); \
+         insert into items select g, 'item ' || g from generate_series(1, 1000) g",
+    );
+    assert_eq!(psql(ns, "shop-0", "select count(*) from items"), "1000");
+    steps.done("table created, 1,000 rows inserted (kubectl exec psql)");
+
+    // 3. A requested backup: the Job succeeds, its dump is on the volume, status says so.
+    merge_patch(
+        ns,
+        "database/shop",
+        r#"{"metadata":{"annotations":{"myorg.io/backup-request":"story-1"}}}"#,
+    );
+    wait_until(Duration::from_secs(60), "the requested backup's Job", || {
+        !job_of(ns, "backup-request").is_empty()
+    });
+    let job = job_of(ns, "backup-request");
+    wait_until(POD_READY, "the requested backup succeeded in status", || {
+        get(ns, "database/shop", "{.status.lastBackupJob}") == job
+            && get(ns, "database/shop", "{.status.lastBackupResult}") == "Succeeded"
+    });
+    assert_eq!(condition(ns, "database/shop", "BackupSucceeded"), "True");
+    assert_eq!(
+        get(ns, "database/shop", "{.status.lastBackupTime}"),
+        get(ns, &format!("job/{job}"), "{.status.completionTime}")
+    );
+    let file = get(ns, "database/shop", "{.status.lastBackupFile}");
+    let key = get(ns, "database/shop", "{.status.actions.backup-request.key}");
+    assert_eq!(file, format!("shop-{key}.pgc"), "the file is named by the run's key");
+    let bytes = dump_size(ns, "shop-backups", &file);
+    let log = kubectl_ok(&["logs", "-n", ns, &format!("job/{job}")]);
+    assert!(
+        log.contains(&format!("backup /backups/{file} {bytes} bytes")),
+        "the Job logged the file and the size it has on the volume ({bytes}): {log}"
+    );
+    assert!(
+        bytes > 4_000,
+        "a pg_dump archive with 1,000 rows (an empty database's is about 1 kB): {bytes} bytes"
+    );
+    eprintln!("backup {file}: {bytes} bytes on the volume");
+    steps.done("backup requested (annotation) -> Job succeeded, dump on the volume, status Succeeded");
+
+    // 4. The table dropped, then restored from that file.
+    psql(ns, "shop-0", "drop table items");
+    merge_patch(
+        ns,
+        "database/shop",
+        &format!(r#"{{"metadata":{{"annotations":{{"myorg.io/restore-from":"{file}"}}}}}}"#),
+    );
+    wait_until(POD_READY, "RestoreSucceeded", || {
+        condition(ns, "database/shop", "RestoreSucceeded") == "True"
+    });
+    assert_eq!(get(ns, "database/shop", "{.status.lastRestoreResult}"), "Succeeded");
+    assert_eq!(get(ns, "database/shop", "{.status.lastRestoreFrom}"), file);
+    assert_eq!(psql(ns, "shop-0", "select count(*) from items"), "1000");
+    steps.done("table dropped, restore-from annotation set -> restore succeeded, 1,000 rows again");
+
+    // 5. A minor upgrade: the pods roll one at a time (never none ready), the rows survive.
+    let old = "postgres:16.13";
+    merge_patch(ns, "database/shop", r#"{"spec":{"version":"16.15"}}"#);
+    let mut least_ready = 2;
+    let mut order: Vec<String> = Vec::new();
+    wait_until(
+        Duration::from_secs(300),
+        "both pods on postgres:16.15 and Ready",
+        || {
+            let pods = database_pods(ns, "shop");
+            let ready = pods.iter().filter(|p| p.2).count();
+            least_ready = least_ready.min(ready);
+            for (pod, image, _) in &pods {
+                if image != old && !order.contains(pod) {
+                    order.push(pod.clone());
+                }
+            }
+            pods.len() == 2
+                && pods.iter().all(|p| p.1 == "postgres:16.15" && p.2)
+                && condition(ns, "database/shop", "Ready") == "True"
+                && ready_replicas(ns, "shop") == "2"
+        },
+    );
+    assert_eq!(
+        order,
+        ["shop-1", "shop-0"],
+        "the StatefulSet rolls the highest ordinal first"
+    );
+    assert!(least_ready >= 1, "one pod at a time: some pod was Ready at every look");
+    let version = psql(ns, "shop-0", "select version()");
+    assert!(version.starts_with("PostgreSQL 16.15 "), "{version}");
+    assert_eq!(psql(ns, "shop-0", "select count(*) from items"), "1000");
+    steps.done("16.13 -> 16.15: both pods rolled one at a time, Ready again, 1,000 rows");
+
+    // 6. A wrong password in the Secret: the backup fails visibly, the Database stays.
+    merge_patch(
+        ns,
+        "secret/shop-credentials",
+        r#"{"stringData":{"password":"not-the-password"}}"#,
+    );
+    merge_patch(
+        ns,
+        "database/shop",
+        r#"{"metadata":{"annotations":{"myorg.io/backup-request":"story-2"}}}"#,
+    );
+    wait_until(Duration::from_secs(60), "the second requested backup's Job", || {
+        let newest = job_of(ns, "backup-request");
+        !newest.is_empty() && newest != job
+    });
+    let failed = job_of(ns, "backup-request");
+    wait_until(Duration::from_secs(300), "the failed backup in status", || {
+        get(ns, "database/shop", "{.status.lastBackupJob}") == failed
+            && get(ns, "database/shop", "{.status.lastBackupResult}") == "Failed"
+    });
+    assert_eq!(condition(ns, "database/shop", "BackupSucceeded"), "False");
+    assert_eq!(
+        get(
+            ns,
+            "database/shop",
+            "{.status.conditions[?(@.type==\"BackupSucceeded\")].reason}"
+        ),
+        "BackoffLimitExceeded",
+        "the Job's own reason"
+    );
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--field-selector",
+        &format!("involvedObject.name={failed},reason=BackoffLimitExceeded"),
+        "-o",
+        "jsonpath={.items[*].type}",
+    ]);
+    assert!(
+        events.contains("Warning"),
+        "a Warning Event with the Job's reason: {events:?}"
+    );
+    let log = kubectl_ok(&["logs", "-n", ns, &format!("job/{failed}")]);
+    assert!(log.contains("password authentication failed"), "{log}");
+    assert!(support::exists(ns, "database/shop"), "the Database stays");
+    assert_eq!(condition(ns, "database/shop", "Ready"), "True", "and keeps serving");
+    steps.done("wrong password in the Secret -> backup Job Failed (BackoffLimitExceeded) in status and Event");
+
+    // 7. The password put back; deleting the Database runs the final backup, then it is gone.
+    merge_patch(
+        ns,
+        "secret/shop-credentials",
+        r#"{"stringData":{"password":"story-secret"}}"#,
+    );
     let start = Instant::now();
-    // One replica and backups on: the backup action runs once for generation 1, against the
-    // server through its Service, with the password of the Secret the StatefulSet uses.
-    create_database(&ns.0, "nightly", 1, true);
-    let job = || get(&ns.0, "jobs", "{.items[0].metadata.name}");
-    wait_until(Duration::from_secs(60), "the backup Job", || !job().is_empty());
-    let job = format!("job/{}", job());
-    wait_until(POD_READY, "the backup Job complete", || {
-        condition(&ns.0, &job, "Complete") == "True"
+    kubectl_ok(&["delete", "-n", ns, "database/shop", "--wait=false"]);
+    wait_until(Duration::from_secs(120), "the Database gone", || {
+        !support::exists(ns, "database/shop")
     });
-    eprintln!("Database created -> backup Job complete in {} ms", ms(start));
-    assert_eq!(get(&ns.0, &job, "{.status.succeeded}"), "1");
-    let key = get(&ns.0, "database/nightly", "{.status.actions.backup.key}");
-    let log = kubectl_ok(&["logs", "-n", &ns.0, &job]);
-    let file = format!("/backups/nightly-{key}.pgc");
-    let line = log
+    let gone = start.elapsed();
+    let last = job_of(ns, "final-backup");
+    assert_eq!(
+        get(ns, &format!("job/{last}"), "{.status.succeeded}"),
+        "1",
+        "the final backup succeeded"
+    );
+    let log = kubectl_ok(&["logs", "-n", ns, &format!("job/{last}")]);
+    let final_file = log
         .lines()
-        .find(|l| l.starts_with(&format!("backup {file} ")))
-        .unwrap_or_else(|| panic!("the dump's file and size in the log: {log}"));
-    let bytes: u64 = line
-        .split_whitespace()
-        .nth(2)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("a size in {line:?}"));
-    assert!(bytes > 1000, "a real pg_dump archive, not an empty file: {line}");
-    assert_eq!(
-        get(&ns.0, "pvc/nightly-backups", "{.status.phase}"),
-        "Bound",
-        "the dump is on the Database's backups volume"
+        .find_map(|l| l.strip_prefix("backup /backups/"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the final dump's file in the log: {log}"))
+        .to_owned();
+    assert!(
+        dump_size(ns, "shop-backups", &final_file) > 4_000,
+        "the final dump is on the released volume"
     );
-    assert_eq!(condition(&ns.0, "database/nightly", "BackupInitiated"), "True");
-    // The outcome, from the Job's own status: succeeded, with its completion time.
-    wait_until(Duration::from_secs(60), "BackupSucceeded in status", || {
-        condition(&ns.0, "database/nightly", "BackupSucceeded") == "True"
-    });
-    assert_eq!(
-        get(&ns.0, "database/nightly", "{.status.lastBackupResult}"),
-        "Succeeded"
+    assert!(
+        get(ns, "pvc/shop-backups", "{.metadata.ownerReferences}").is_empty(),
+        "the backups volume outlives the Database, nobody's"
     );
-    assert_eq!(
-        get(&ns.0, "database/nightly", "{.status.lastBackupTime}"),
-        get(&ns.0, &job, "{.status.completionTime}")
-    );
+    steps.done("Database deleted -> final backup succeeded, Database gone");
+    assert!(gone < Duration::from_secs(30), "gone in {gone:?}, not under 30 s");
 }
 
 #[test]

@@ -690,8 +690,11 @@ pub fn templates() -> PathBuf {
 
 /// A Database manifest.
 pub fn database(name: &str, replicas: u32, extra_spec: &str) -> String {
+    // Its credentials Secret first (the Database stays the last document, so `extra_spec` lands in
+    // its spec): without it the shipped rule says Ready=False, SecretNotFound.
     format!(
-        "apiVersion: myorg.io/v1\nkind: Database\nmetadata:\n  name: {name}\nspec:\n  version: \"16\"\n  replicas: {replicas}\n  storage:\n    size: 1Gi\n{extra_spec}"
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}-credentials}}\nstringData: {{password: test-password}}\n---\n\
+         apiVersion: myorg.io/v1\nkind: Database\nmetadata:\n  name: {name}\nspec:\n  version: \"16\"\n  replicas: {replicas}\n  storage:\n    size: 1Gi\n{extra_spec}"
     )
 }
 
