@@ -35,11 +35,11 @@ use crate::engine::plan::status::{ConditionStatus, WantedCondition, merge_condit
 use crate::engine::rules::model::ActionSpec;
 
 /// Condition summarising action failures; `False` while an action is failing.
-pub const ACTIONS_CONDITION: &str = "ActionsSucceeded";
+pub(crate) const ACTIONS_CONDITION: &str = "ActionsSucceeded";
 
 /// What a successful run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acted {
+pub(crate) enum Acted {
     /// The effect took place now: the object was created, the request was delivered.
     Now,
     /// The object for this key already existed: an earlier attempt (a crash before its record,
@@ -54,7 +54,7 @@ pub enum Acted {
 /// Runs one action the plan decided to run. `parent` is the latest parent JSON and is
 /// replaced by the updated object after each status write. With `finish`, a successful
 /// completion also writes that status (observedGeneration, fields, conditions).
-pub async fn run(
+pub(crate) async fn run(
     cluster: &Cluster<'_>,
     handle: &ParentHandle,
     parent: &mut Value,

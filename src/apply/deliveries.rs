@@ -16,17 +16,17 @@ use tokio::sync::Semaphore;
 
 /// How many requests of one rule may be on the wire at once; more wait for a turn (holding no
 /// worker and no socket). Each costs one connection for at most 30 s.
-pub const MAX_IN_FLIGHT: usize = 64;
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
 
 /// How long a finished delivery waits for the reconcile that records it before it is dropped (the
 /// parent went away, or another replica took it): its run is then sent again under its key.
 const UNCLAIMED_FOR: Duration = Duration::from_secs(600);
 
 /// How a delivery ended: `Ok`, or the failure's reason and message (scheme and host only).
-pub type Outcome = Result<(), (&'static str, String)>;
+pub(crate) type Outcome = Result<(), (&'static str, String)>;
 
 /// The parent to queue again once its delivery ended: namespace and name.
-pub type Delivered = (String, String);
+pub(crate) type Delivered = (String, String);
 
 #[derive(Debug)]
 enum Delivery {
@@ -36,7 +36,7 @@ enum Delivery {
 
 /// What one delivery's key says now.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Progress {
+pub(crate) enum Progress {
     /// Nothing is known of it here: send it.
     NotSent,
     /// Sent, no answer yet: the reconcile leaves it alone.
@@ -47,7 +47,7 @@ pub enum Progress {
 
 /// One rule's deliveries, by idempotency key (unique per parent, action and guard value).
 #[derive(Debug)]
-pub struct Deliveries {
+pub(crate) struct Deliveries {
     by_key: Mutex<HashMap<String, Delivery>>,
     turns: Arc<Semaphore>,
     delivered: mpsc::UnboundedSender<Delivered>,
@@ -55,7 +55,7 @@ pub struct Deliveries {
 
 impl Deliveries {
     /// Deliveries whose ends queue their parents on `delivered`.
-    pub fn new(delivered: mpsc::UnboundedSender<Delivered>) -> Self {
+    pub(crate) fn new(delivered: mpsc::UnboundedSender<Delivered>) -> Self {
         Deliveries {
             by_key: Mutex::new(HashMap::new()),
             turns: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
@@ -70,7 +70,7 @@ impl Deliveries {
 
     /// Where the delivery under `key` stands. A finished one stays until [`Deliveries::settle`]:
     /// if recording its outcome fails, the next reconcile records it instead of sending again.
-    pub fn progress(&self, key: &str) -> Progress {
+    pub(crate) fn progress(&self, key: &str) -> Progress {
         match self.lock().get(key) {
             None => Progress::NotSent,
             Some(Delivery::InFlight) => Progress::InFlight,
@@ -79,7 +79,7 @@ impl Deliveries {
     }
 
     /// Forgets a finished delivery whose outcome is recorded.
-    pub fn settle(&self, key: &str) {
+    pub(crate) fn settle(&self, key: &str) {
         let mut by_key = self.lock();
         if matches!(by_key.get(key), Some(Delivery::Done { .. })) {
             by_key.remove(key);
@@ -88,7 +88,7 @@ impl Deliveries {
 
     /// Hands `send` to a task of its own under `key`, for the parent `namespace/name`: it waits
     /// for a turn, sends, keeps the outcome for the next reconcile and queues the parent.
-    pub fn spawn<F>(self: &Arc<Self>, key: String, parent: Delivered, send: F)
+    pub(crate) fn spawn<F>(self: &Arc<Self>, key: String, parent: Delivered, send: F)
     where
         F: Future<Output = Outcome> + Send + 'static,
     {
@@ -115,7 +115,8 @@ impl Deliveries {
     }
 
     /// How many requests are sent or waiting for a turn.
-    pub fn in_flight(&self) -> usize {
+    #[cfg(test)]
+    fn in_flight(&self) -> usize {
         self.lock().values().filter(|d| matches!(d, Delivery::InFlight)).count()
     }
 }

@@ -8,7 +8,7 @@ use super::Cluster;
 use crate::engine::rules::model::SecretKeyRef;
 
 /// `Secret <namespace>/<name> key <key>`, for messages (never the value).
-pub fn describe(reference: &SecretKeyRef) -> String {
+pub(crate) fn describe(reference: &SecretKeyRef) -> String {
     format!(
         "Secret {}/{} key {}",
         reference.namespace.as_deref().unwrap_or_default(),
@@ -18,7 +18,7 @@ pub fn describe(reference: &SecretKeyRef) -> String {
 }
 
 /// The bytes under the reference's key.
-pub async fn read_key(cluster: &Cluster<'_>, reference: &SecretKeyRef) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_key(cluster: &Cluster<'_>, reference: &SecretKeyRef) -> Result<Vec<u8>, String> {
     let Some(namespace) = reference.namespace.as_deref().filter(|ns| !ns.is_empty()) else {
         return Err(format!(
             "Secret {} has no namespace (a cluster-scoped parent's rule must name one)",
