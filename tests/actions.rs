@@ -171,6 +171,109 @@ fn a_webhook_failing_twice_is_retried_under_one_key_and_takes_effect_once() {
 }
 
 #[test]
+fn a_slow_webhook_holds_no_worker_and_its_secret_header_reaches_only_the_request() {
+    install_crds();
+    let ns = Namespace::new("act-slow");
+    let hook = Webhook::holding();
+    let origin = hook.url.trim_end_matches("/hook").to_owned();
+    // One worker: before requests were handed to tasks of their own, the second Database's
+    // reconcile waited for the first one's request (up to its 30 s timeout).
+    let rules = rules_dir(|text| {
+        if !text.contains("name: database") {
+            return text.to_owned();
+        }
+        text.replace("maxConcurrentReconciles: 5", "maxConcurrentReconciles: 1").replace(
+            "  actions:\n",
+            &format!(
+                "  actions:\n    - id: notify\n      guard: {{generation: true}}\n      http:\n        url: {url}\n        allowedHosts: [{origin:?}]\n        timeout: 30s\n        headers:\n          Authorization: {{valueFrom: {{secretKeyRef: {{name: hook-token, key: token}}}}}}\n",
+                url = hook.url
+            ),
+        )
+    });
+    kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "hook-token",
+        "-n",
+        &ns.0,
+        "--from-literal=token=Bearer s3cr3t-value",
+    ]);
+    let operator = Operator::start(rules.path(), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("first", 1, ""));
+    wait_until(WAIT, "the first request to be held", || hook.snapshot(|r| r.held) == 1);
+    apply_yaml(&ns.0, &database("second", 1, ""));
+    // The second Database converges and sends its own request while the first one still waits:
+    // well within the first request's 30 s timeout, which ended an inline send's hold on the
+    // only worker (the receiver keeps counting a request its sender gave up on).
+    let both = Duration::from_secs(20);
+    wait_until(both, "both requests held at once", || hook.snapshot(|r| r.held) == 2);
+    assert!(exists(&ns.0, "service/second-svc"), "the second Database's Service");
+    assert_eq!(
+        get(&ns.0, "database/first", "{.status.actions.notify.phase}"),
+        "Pending"
+    );
+    hook.release();
+    for name in ["first", "second"] {
+        wait_until(WAIT, &format!("{name}'s notify run to be recorded"), || {
+            get(&ns.0, &format!("database/{name}"), "{.status.actions.notify.phase}") == "Done"
+        });
+    }
+    assert_eq!(hook.counts(), (2, 2, 2), "one delivery per Database");
+    assert_eq!(
+        get(&ns.0, "database/first", "{.status.actions.notify.attempts}"),
+        "1",
+        "an answer recorded by a later reconcile is still the first attempt"
+    );
+    assert_eq!(
+        hook.snapshot(|r| r.authorizations.clone()),
+        ["Bearer s3cr3t-value", "Bearer s3cr3t-value"],
+        "the header from the Secret"
+    );
+    let delivered = operator.metric(
+        "ruleop_reconcile_triggers_total",
+        &[("rule", "database"), ("trigger", "delivered")],
+    );
+    assert!(delivered >= 2, "each answer queued its parent: {delivered}");
+    // Without the Secret nothing is sent: the run fails naming it.
+    kubectl_ok(&["delete", "secret", "hook-token", "-n", &ns.0]);
+    kubectl_ok(&[
+        "patch",
+        "database",
+        "first",
+        "-n",
+        &ns.0,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":2}}"#,
+    ]);
+    let mut failed = String::new();
+    wait_until(WAIT, "the run without its Secret to fail", || {
+        failed = get(
+            &ns.0,
+            "database/first",
+            "{.status.actions.notify.phase}|{.status.actions.notify.guardValue}|{.status.actions.notify.error}",
+        );
+        failed.starts_with("Failed|generation=2|")
+    });
+    assert!(
+        failed.contains(&format!("Secret {}/hook-token key token not found", ns.0))
+            && failed.contains("nothing was sent"),
+        "{failed}"
+    );
+    assert_eq!(hook.counts().1, 2, "a request without its Secret was sent");
+    let statuses = kubectl_ok(&["get", "databases", "-n", &ns.0, "-o", "json"]);
+    let events = kubectl_ok(&["get", "events", "-n", &ns.0, "-o", "json"]);
+    for (what, text) in [
+        ("status", &statuses),
+        ("events", &events),
+        ("log", &operator.log_text()),
+    ] {
+        assert!(!text.contains("s3cr3t"), "the Secret's value shows in the {what}");
+    }
+}
+
+#[test]
 fn a_refused_http_action_opens_no_socket_and_reports_egress_denied_with_scheme_and_host_only() {
     install_crds();
     let ns = Namespace::new("act-egress");

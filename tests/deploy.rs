@@ -5,6 +5,7 @@
 mod support;
 
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 use support::mount::files_under;
@@ -350,4 +351,142 @@ fn every_string_and_list_a_tenant_sets_in_the_shipped_crds_is_bounded() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("spec.version"), "{stderr}");
+}
+
+/// Deletes the admission policy's binding and the policy when the test ends, pass or fail: other
+/// tests run ruleop as the same ServiceAccount.
+struct AdmissionPolicy;
+
+impl Drop for AdmissionPolicy {
+    fn drop(&mut self) {
+        let _ = kubectl(&[
+            "delete",
+            "-k",
+            &root().join("deploy/admission").display().to_string(),
+            "--wait=false",
+        ]);
+    }
+}
+
+#[test]
+fn the_admission_policy_holds_ruleops_service_account_to_its_namespaces_and_bindings() {
+    apply_deploy();
+    let dir = root().join("deploy/admission").display().to_string();
+    kubectl_ok(&["apply", "-k", &dir]);
+    let _policy = AdmissionPolicy;
+    // What RBAC alone allows, which the policy narrows.
+    for granted in [
+        ["create", "namespaces", "--all-namespaces"],
+        ["delete", "namespaces", "--all-namespaces"],
+        ["patch", "namespaces", "--all-namespaces"],
+        [
+            "bind",
+            "clusterroles.rbac.authorization.k8s.io/edit",
+            "--all-namespaces",
+        ],
+    ] {
+        assert!(can_i(&granted), "RBAC should allow {granted:?}");
+    }
+    let as_ruleop = |args: &[&str], yaml: &str| {
+        let mut all = vec![SA];
+        all.extend_from_slice(args);
+        let out = kubectl_with_stdin(&all, Some(yaml));
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let namespace = |name: &str, labelled: bool| {
+        let labels = if labelled {
+            "\n  labels: {ruleop.io/rule: tenant}"
+        } else {
+            ""
+        };
+        format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}{labels}\n")
+    };
+    // The API server loads a new policy within about a second; a dry run meets admission too.
+    let mut refused = String::new();
+    wait_until(
+        Duration::from_secs(60),
+        "the policy to refuse an unlabelled Namespace",
+        || {
+            let (ok, err) = as_ruleop(
+                &["create", "--dry-run=server", "-f", "-"],
+                &namespace("vap-unlabelled", false),
+            );
+            refused = err;
+            !ok && refused.contains("ruleop-limits")
+        },
+    );
+    assert!(
+        refused.contains("ruleop may create only Namespaces carrying its ruleop.io/rule label"),
+        "{refused}"
+    );
+    // Labelled: created and deleted. RBAC alone allowed both for any Namespace.
+    let ours = format!("vap-ours-{}", std::process::id());
+    let (ok, err) = as_ruleop(&["create", "-f", "-"], &namespace(&ours, true));
+    assert!(ok, "a labelled Namespace: {err}");
+    let (ok, err) = as_ruleop(&["delete", "namespace", &ours, "--wait=false"], "");
+    assert!(ok, "deleting its own Namespace: {err}");
+    // A Namespace someone else made: neither changed nor deleted, even to add the label.
+    let theirs = Namespace::new("vap-theirs");
+    for args in [
+        vec!["label", "namespace", theirs.0.as_str(), "ruleop.io/rule=tenant"],
+        vec!["delete", "namespace", theirs.0.as_str(), "--wait=false"],
+    ] {
+        let (ok, err) = as_ruleop(&args, "");
+        assert!(
+            !ok && err.contains("ruleop-limits") && err.contains(&theirs.0),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        get("", &format!("namespace/{}", theirs.0), "{.status.phase}"),
+        "Active",
+        "the Namespace is still there, not terminating"
+    );
+    // RoleBindings: edit to a person is fine; edit to every authenticated user, or to
+    // kube-system's ServiceAccount, is not, though RBAC lets ruleop bind edit.
+    let binding = |name: &str, role: &str, subject: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {name}, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\nsubjects: [{subject}]\n",
+            ns = theirs.0
+        )
+    };
+    let person = "{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice@example.com}";
+    let (ok, err) = as_ruleop(
+        &["create", "--dry-run=server", "-f", "-"],
+        &binding("alice", "edit", person),
+    );
+    assert!(ok, "edit for a person: {err}");
+    for (name, role, subject, why) in [
+        (
+            "everyone",
+            "edit",
+            "{apiGroup: rbac.authorization.k8s.io, kind: Group, name: 'system:authenticated'}",
+            "system: user or group",
+        ),
+        (
+            "controller",
+            "view",
+            "{kind: ServiceAccount, name: default, namespace: kube-system}",
+            "ServiceAccount of kube-system",
+        ),
+    ] {
+        let (ok, err) = as_ruleop(
+            &["create", "--dry-run=server", "-f", "-"],
+            &binding(name, role, subject),
+        );
+        assert!(!ok && err.contains(why), "{name}: {err}");
+    }
+    // The policy's ClusterRoles are the ones RBAC lets ruleop bind.
+    let policy = std::fs::read_to_string(root().join("deploy/admission/policy.yaml")).expect("policy.yaml");
+    let bind = std::fs::read_to_string(root().join("deploy/rbac/tenant-bind.yaml")).expect("tenant-bind.yaml");
+    assert!(
+        bind.contains("resourceNames: [admin, edit, view]"),
+        "tenant-bind.yaml changed"
+    );
+    assert!(
+        policy.contains("object.roleRef.name in ['admin', 'edit', 'view']"),
+        "the policy's ClusterRoles differ from rbac/tenant-bind.yaml"
+    );
+    // Cluster admins are not matched.
+    kubectl_ok(&["label", "namespace", &theirs.0, "team=payments"]);
 }

@@ -14,7 +14,9 @@
 //! parent's resourceVersion as a precondition: of two writers that read the same parent only one
 //! records it and sends, a stale cache fails with 409 before anything is sent, and a `Pending`
 //! record is resumed with its own key even after the guard value moved on. The receiver gets the
-//! key as `Idempotency-Key` and must deduplicate: at-least-once with a stable key.
+//! key as `Idempotency-Key` and must deduplicate: at-least-once with a stable key. The request
+//! itself is sent by a task of its own ([`super::deliveries`]), so the reconcile lets its worker
+//! go; the answer queues the parent, and that reconcile records the outcome under the same key.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -24,7 +26,8 @@ use kube::api::PostParams;
 use serde_json::{Value, json};
 use tracing::debug;
 
-use super::{ApplyError, Cluster, ParentHandle};
+use super::deliveries::Progress;
+use super::{ApplyError, Cluster, ParentHandle, secrets};
 use crate::engine::egress::{self, EGRESS_DENIED, Target};
 use crate::engine::plan::DesiredStatus;
 use crate::engine::plan::actions::{ActionDecision, Effect, HttpRequest, RunRecord, phase};
@@ -43,6 +46,9 @@ pub enum Acted {
     /// another operator, or our own run seen through a stale cache) created it; only the record
     /// was written now.
     Before,
+    /// The request is on its way (sent by a task of its own, see [`super::deliveries`]); its
+    /// answer queues the parent again, and that reconcile records the outcome.
+    InFlight,
 }
 
 /// Runs one action the plan decided to run. `parent` is the latest parent JSON and is
@@ -63,7 +69,13 @@ pub async fn run(
     let id = decision.id.as_str();
     let record = RunRecord::read(parent, id).filter(|r| &r.key == key);
     let runs = RunRecord::read(parent, id).map_or(0, |r| r.runs) + u64::from(record.is_none());
-    let attempt = record.as_ref().map_or(0, |r| r.attempts) + 1;
+    // A request's answer is recorded by a later reconcile, under the attempt its intent counted.
+    let progress = match effect {
+        Effect::Http(_) => cluster.deliveries.progress(key),
+        Effect::Create(_) => Progress::NotSent,
+    };
+    let answered = matches!(progress, Progress::Done(_));
+    let attempt = (record.as_ref().map_or(0, |r| r.attempts) + u64::from(!answered)).max(1);
     // A retry keeps the run's start: an `on: delete` action's timeout counts from it.
     let started_at = record
         .as_ref()
@@ -72,37 +84,33 @@ pub async fn run(
     let run = json!({
         "key": key, "guardValue": guard_value, "startedAt": started_at, "runs": runs, "attempts": attempt,
     });
-    // A request the egress policy refuses is refused before anything is written or sent.
-    let checked = match effect {
-        Effect::Http(request) => Some(check(request, cluster.egress).await),
-        Effect::Create(_) => None,
-    };
-    if let Some(Ok(_)) = &checked {
-        // Every attempt, a resumed one too, first records its intent under the resourceVersion
-        // the decision was made on: if the cache was stale (another writer, or our own last
-        // write not seen yet) the write fails with 409 and nothing is sent.
-        let resource_version = parent
-            .pointer("/metadata/resourceVersion")
-            .cloned()
-            .unwrap_or(Value::Null);
-        let mut intent = run.clone();
-        intent["phase"] = json!(phase::PENDING);
-        intent["completedAt"] = Value::Null;
-        let intent = json!({
-            "metadata": {"resourceVersion": resource_version},
-            "status": {"actions": {id: intent}},
-        });
-        *parent = match cluster.patch_status(handle, &intent).await {
-            Ok(updated) => updated,
-            Err(kube::Error::Api(status)) if status.code == 409 => return Err(ApplyError::Conflict(id.to_owned())),
-            Err(e) => return Err(ApplyError::Status(Box::new(e))),
-        };
-    }
-    let outcome = match (effect, checked) {
-        (Effect::Create(object), _) => create(cluster, object).await.map_err(Failure::failed),
-        (Effect::Http(request), Some(Ok(checked))) => send(request, &checked, key).await.map(|()| Acted::Now),
-        (Effect::Http(_), Some(Err(failure))) => Err(failure),
-        (Effect::Http(_), None) => Err(Failure::failed("the request was not checked".to_owned())),
+    let outcome = match effect {
+        Effect::Create(object) => create(cluster, object).await.map_err(Failure::failed),
+        Effect::Http(request) => match progress {
+            Progress::InFlight => return Ok(Acted::InFlight),
+            Progress::Done(outcome) => outcome.map(|()| Acted::Now).map_err(Failure::from),
+            Progress::NotSent => match prepare(cluster, request).await {
+                Ok(ready) => {
+                    write_intent(cluster, handle, parent, id, &run).await?;
+                    let parent_at = (
+                        parent
+                            .pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        handle.name.clone(),
+                    );
+                    let (request, key) = (request.clone(), key.clone());
+                    cluster.deliveries.spawn(key.clone(), parent_at, async move {
+                        send(&request, &ready, &key).await.map_err(|f| (f.reason, f.message))
+                    });
+                    return Ok(Acted::InFlight);
+                }
+                // A request the egress policy (or its Secret) refuses is refused before anything
+                // is written or sent.
+                Err(failure) => Err(failure),
+            },
+        },
     };
     let conditions = parent
         .pointer("/status/conditions")
@@ -187,6 +195,8 @@ pub async fn run(
         .patch_status(handle, &json!({"status": status}))
         .await
         .map_err(|e| ApplyError::Status(Box::new(e)))?;
+    // Recorded: a delivery's answer is no longer needed (until then a failed write keeps it).
+    cluster.deliveries.settle(key);
     outcome.map_err(|failure| match failure.reason {
         EGRESS_DENIED => ApplyError::EgressDenied {
             id: id.to_owned(),
@@ -206,6 +216,12 @@ struct Failure {
     reason: &'static str,
     /// What failed: for a request, only its scheme and host, never path, query or userinfo.
     message: String,
+}
+
+impl From<(&'static str, String)> for Failure {
+    fn from((reason, message): (&'static str, String)) -> Self {
+        Failure { reason, message }
+    }
 }
 
 impl Failure {
@@ -228,6 +244,68 @@ async fn create(cluster: &Cluster<'_>, object: &Value) -> Result<Acted, String> 
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(Acted::Before),
         Err(e) => Err(super::api_error::describe(&e)),
     }
+}
+
+/// Records the run's intent (`phase: Pending`) under the resourceVersion the decision was made
+/// on, before anything is sent: if the cache was stale (another writer, or our own last write
+/// not seen yet) the write fails with 409 and nothing is sent. A resumed run records it again.
+async fn write_intent(
+    cluster: &Cluster<'_>,
+    handle: &ParentHandle,
+    parent: &mut Value,
+    id: &str,
+    run: &Value,
+) -> Result<(), ApplyError> {
+    let resource_version = parent
+        .pointer("/metadata/resourceVersion")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let mut intent = run.clone();
+    intent["phase"] = json!(phase::PENDING);
+    intent["completedAt"] = Value::Null;
+    let intent = json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"actions": {id: intent}},
+    });
+    *parent = match cluster.patch_status(handle, &intent).await {
+        Ok(updated) => updated,
+        Err(kube::Error::Api(status)) if status.code == 409 => return Err(ApplyError::Conflict(id.to_owned())),
+        Err(e) => return Err(ApplyError::Status(Box::new(e))),
+    };
+    Ok(())
+}
+
+/// A request ready to send: where it may connect, and the header values read from Secrets.
+#[derive(Debug)]
+struct Ready {
+    target: Target,
+    pinned: Vec<SocketAddr>,
+    secret_headers: Vec<(String, reqwest::header::HeaderValue)>,
+}
+
+/// Everything decided before a request is sent: the egress policy, then the headers kept in
+/// Secrets. A failure here opens no socket and writes no intent.
+async fn prepare(cluster: &Cluster<'_>, request: &HttpRequest) -> Result<Ready, Failure> {
+    let (target, pinned) = check(request, cluster.egress).await?;
+    let mut secret_headers = Vec::new();
+    for (header, reference) in &request.secret_headers {
+        let value = secrets::read_key(cluster, reference)
+            .await
+            .map_err(|e| Failure::failed(format!("header {header}: {e}; nothing was sent")))?;
+        let mut value = reqwest::header::HeaderValue::from_bytes(&value).map_err(|_| {
+            Failure::failed(format!(
+                "header {header}: the value in {} is not valid header text; nothing was sent",
+                secrets::describe(reference)
+            ))
+        })?;
+        value.set_sensitive(true);
+        secret_headers.push((header.clone(), value));
+    }
+    Ok(Ready {
+        target,
+        pinned,
+        secret_headers,
+    })
 }
 
 /// The egress policy applied before any connection: the URL against the rule's
@@ -269,7 +347,8 @@ async fn check(request: &HttpRequest, refused: &[IpNet]) -> Result<(Target, Vec<
 /// each attempt counted in `status.actions.<id>.attempts`. No redirect is followed (a 3xx is a
 /// failure), no proxy from the environment is used, and errors name only scheme and host: the
 /// tenant chose the rest, and a detailed connect error would make this a port scanner.
-async fn send(request: &HttpRequest, (target, pinned): &(Target, Vec<SocketAddr>), key: &str) -> Result<(), Failure> {
+async fn send(request: &HttpRequest, ready: &Ready, key: &str) -> Result<(), Failure> {
+    let (target, pinned) = (&ready.target, &ready.pinned);
     let origin = &target.origin;
     let mut client = reqwest::Client::builder()
         .timeout(Duration::from_millis(request.timeout_ms).min(egress::MAX_TIMEOUT))
@@ -293,6 +372,9 @@ async fn send(request: &HttpRequest, (target, pinned): &(Target, Vec<SocketAddr>
         .body(request.body.clone());
     for (name, value) in &request.headers {
         builder = builder.header(name, value);
+    }
+    for (name, value) in &ready.secret_headers {
+        builder = builder.header(name, value.clone());
     }
     match builder.send().await {
         Ok(response) if response.status().is_success() => Ok(()),

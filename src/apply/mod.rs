@@ -10,9 +10,11 @@ pub(crate) mod children;
 pub(crate) mod cleanup;
 pub(crate) mod client;
 pub(crate) mod compare;
+pub(crate) mod deliveries;
 pub(crate) mod drift_limit;
 pub(crate) mod events;
 pub(crate) mod reconcile;
+pub(crate) mod secrets;
 pub(crate) mod skipped;
 pub(crate) mod status_write;
 
@@ -306,6 +308,8 @@ pub(crate) struct Cluster<'a> {
     pub drift: &'a drift_limit::DriftLimiter,
     /// Addresses `http` actions never reach through a name (`--egress-deny-cidr`, the API server).
     pub egress: &'a [ipnet::IpNet],
+    /// The rule's `http` requests in flight.
+    pub deliveries: &'a std::sync::Arc<deliveries::Deliveries>,
 }
 
 impl Cluster<'_> {

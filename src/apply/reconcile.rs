@@ -15,8 +15,9 @@ use crate::engine::plan::deletion::FinalizerStep;
 use crate::engine::plan::{self, Plan};
 use crate::engine::rules::Rule;
 
-/// Applies a plan: children, prune, actions, then status. Returns whether an action ran (its
-/// status writes supersede the plan's status patch, which the next reconcile recomputes).
+/// Applies a plan: children, prune, actions, then status. Returns whether an action's run was
+/// recorded (its status writes supersede the plan's status patch, which the next reconcile
+/// recomputes); a request still in flight queues the parent itself when it is answered.
 pub(crate) async fn apply_plan(
     cluster: &Cluster<'_>,
     handle: &ParentHandle,
@@ -107,11 +108,18 @@ async fn apply_plan_steps(
         .filter(|d| d.run)
         .filter_map(|d| Some((d, rule.spec.actions.iter().find(|a| a.id.value == d.id)?)))
         .collect();
-    let mut first_error = None;
+    // Whether a recorded run also wrote the plan's status (the last one does, see `finish`).
+    let (mut first_error, mut recorded, mut status_written) = (None, false, false);
     for (i, (decision, spec)) in runs.iter().enumerate() {
         debug!(parent = %handle.name, action = %decision.id, reason = %decision.reason, "running action");
         let finish = (i + 1 == runs.len() && first_error.is_none()).then_some(&plan.status);
         let result = actions::run(cluster, handle, parent, spec, decision, finish, now).await;
+        if matches!(result, Ok(actions::Acted::InFlight)) {
+            // Its answer queues the parent; that reconcile records and counts the run.
+            continue;
+        }
+        recorded = true;
+        status_written |= finish.is_some() && result.is_ok();
         cluster
             .observability
             .metrics
@@ -126,7 +134,7 @@ async fn apply_plan_steps(
             // Only a run that acted now is news; an object that already existed was reported
             // by the reconcile that created it.
             Ok(actions::Acted::Now) => summary.ran(decision),
-            Ok(actions::Acted::Before) => {}
+            Ok(actions::Acted::Before | actions::Acted::InFlight) => {}
             Err(e) => {
                 if !matches!(e, ApplyError::Conflict(_)) {
                     // A Warning of its own; the same error again joins its series.
@@ -139,9 +147,7 @@ async fn apply_plan_steps(
     if let Some(e) = first_error {
         return Err(e);
     }
-    if runs.is_empty()
-        && let Some(patch) = &plan.status_patch
-    {
+    if !status_written && let Some(patch) = &plan.status_patch {
         crate::apply::status_write::write_status(cluster, handle, parent, patch, now)
             .await
             .map_err(|e| ApplyError::Status(Box::new(e)))?;
@@ -158,7 +164,7 @@ async fn apply_plan_steps(
         cleanup::set_finalizer(cluster, handle, parent, FinalizerStep::Remove).await?;
         debug!(parent = %handle.name, "finalizer removed; the deletion completes");
     }
-    Ok(!runs.is_empty())
+    Ok(recorded)
 }
 
 /// Which children's drift repairs wait for the parent's budget (a fight with another writer):

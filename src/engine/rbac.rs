@@ -10,7 +10,8 @@
 //! get/list/watch (read only), cluster-wide: a lookup's cache is one watch per kind across
 //! namespaces and its default namespace is the parent's (any namespace parents live in), so
 //! per-namespace Roles would need per-namespace caches; which namespaces a lookup may read is
-//! enforced by the plan's namespace guard instead (`plan::lookups`). Events: create/patch. The
+//! enforced by the plan's namespace guard instead (`plan::lookups`). Secrets `http` headers read:
+//! get, by name. Events: create/patch. The
 //! CRDs of watched custom kinds: get, by name (the schema check at reload). Plurals come from k8s-openapi for built-in kinds and from the
 //! CRD files for custom kinds, so the role is computed offline.
 
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::engine::plan::builtin;
 use crate::engine::rules::RuleSet;
+use crate::engine::rules::model::HeaderValue;
 
 /// Name of the generated ClusterRole.
 pub(crate) const CLUSTER_ROLE: &str = "ruleop";
@@ -103,6 +105,26 @@ pub(crate) fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), Stri
         .collect();
     crd_names.sort();
     crd_names.dedup();
+    // Secrets `http` headers read (`valueFrom.secretKeyRef`): get, by name only.
+    let secret_names: BTreeSet<&str> = set
+        .rules
+        .iter()
+        .flat_map(|rule| &rule.spec.actions)
+        .filter_map(|action| action.http.as_ref())
+        .flat_map(|http| http.headers.values())
+        .filter_map(|value| match value {
+            HeaderValue::FromSecret(from) => Some(from.value_from.secret_key_ref.name.as_str()),
+            HeaderValue::Template(_) => None,
+        })
+        .collect();
+    if !secret_names.is_empty() {
+        rules.push(json!({
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": secret_names,
+            "verbs": ["get"],
+        }));
+    }
     if !crd_names.is_empty() {
         rules.push(json!({
             "apiGroups": ["apiextensions.k8s.io"],
@@ -142,5 +164,25 @@ mod tests {
             .expect("core group rule");
         assert_eq!(read_only["resources"], json!(["configmaps", "secrets"]));
         assert_eq!(read_only["verbs"], json!(["get", "list", "watch"]));
+    }
+
+    #[test]
+    fn secrets_http_headers_read_are_granted_get_by_name_only() {
+        let set = one_rule(
+            "hook",
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: hook}\nspec:\n  watch: {apiVersion: example.com/v1, kind: App}\n  actions:\n    - id: notify\n      guard: {generation: true}\n      http:\n        url: https://hooks.example.com/\n        allowedHosts: [hooks.example.com]\n        headers:\n          Authorization: {valueFrom: {secretKeyRef: {name: hook-token, key: token, namespace: platform}}}\n          X-App: \"{{ metadata.name }}\"\n",
+        );
+        let crds = BTreeMap::from([(("example.com".to_owned(), "App".to_owned()), "apps".to_owned())]);
+        let role = cluster_role(&set, &crds).expect("role");
+        let secrets: Vec<&Value> = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| r["resources"].as_array().is_some_and(|r| r.contains(&json!("secrets"))))
+            .collect();
+        assert_eq!(
+            secrets,
+            [&json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hook-token"], "verbs": ["get"]})]
+        );
     }
 }

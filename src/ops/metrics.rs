@@ -309,7 +309,7 @@ impl Default for Metrics {
         let triggers = Family::default();
         registry.register(
             "ruleop_reconcile_triggers",
-            "Reconciles started per rule and trigger: parent_event, requested, child_event, lookup_event, reload, shard_taken, resync, retry, requeue (or unknown)",
+            "Reconciles started per rule and trigger: parent_event, requested, child_event, lookup_event, reload, delivered, shard_taken, resync, retry, requeue (or unknown)",
             triggers.clone(),
         );
         let shards_held = Gauge::default();

@@ -21,6 +21,8 @@ pub(crate) enum Trigger {
     Requested,
     /// The rule set was reloaded with a change to this rule.
     Reload,
+    /// One of its `http` requests was answered (or failed): record the outcome.
+    Delivered,
     /// This replica took the parent's shard (`--shards`).
     ShardTaken,
     /// The periodic resync came due.
@@ -35,7 +37,7 @@ pub(crate) enum Trigger {
 }
 
 impl Trigger {
-    /// The label value (`parent_event`, `child_event`, `lookup_event`, `reload`, `shard_taken`, `resync`,
+    /// The label value (`parent_event`, `child_event`, `lookup_event`, `reload`, `delivered`, `shard_taken`, `resync`,
     /// `retry`, `requeue`, `unknown`).
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -44,6 +46,7 @@ impl Trigger {
             Trigger::ChildEvent => "child_event",
             Trigger::LookupEvent => "lookup_event",
             Trigger::Reload => "reload",
+            Trigger::Delivered => "delivered",
             Trigger::ShardTaken => "shard_taken",
             Trigger::Resync => "resync",
             Trigger::Retry => "retry",

@@ -1,11 +1,13 @@
-//! A webhook receiver for action tests: records every delivery's `Idempotency-Key`, applies
-//! each key's effect once (deduplicates), and can fail the first deliveries on purpose.
+//! A webhook receiver for action tests: records every delivery's `Idempotency-Key` and
+//! `Authorization`, applies each key's effect once (deduplicates), and can fail the first
+//! deliveries on purpose or hold every answer until released.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 /// What the receiver has seen.
 #[derive(Debug, Default)]
@@ -16,7 +18,16 @@ pub struct Received {
     pub effects: Vec<String>,
     /// The body of each key's first delivery.
     pub bodies: HashMap<String, String>,
+    /// The `Authorization` header of every delivery that had one.
+    pub authorizations: Vec<String>,
+    /// Deliveries waiting for their answer now (see [`Webhook::holding`]).
+    pub held: usize,
+    /// The most deliveries that waited for their answers at once.
+    pub most_held: usize,
 }
+
+/// Whether answers wait: `true` until [`Webhook::release`].
+type Gate = Arc<(Mutex<bool>, Condvar)>;
 
 /// A running receiver on 127.0.0.1.
 pub struct Webhook {
@@ -24,23 +35,47 @@ pub struct Webhook {
     pub url: String,
     /// Everything received.
     pub received: Arc<Mutex<Received>>,
+    gate: Gate,
 }
 
 impl Webhook {
     /// Starts a receiver that answers 500 to the first `fail_first` deliveries, then 200.
     pub fn start(fail_first: usize) -> Self {
+        Self::with(fail_first, false)
+    }
+
+    /// Starts a receiver that reads every delivery but answers none (200) until
+    /// [`Webhook::release`]: a slow webhook.
+    pub fn holding() -> Self {
+        Self::with(0, true)
+    }
+
+    /// Lets every held answer go, and every later one go at once.
+    pub fn release(&self) {
+        let (held, wake) = &*self.gate;
+        *held.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        wake.notify_all();
+    }
+
+    /// A copy of what was received so far.
+    pub fn snapshot<T>(&self, read: impl FnOnce(&Received) -> T) -> T {
+        read(&self.received.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn with(fail_first: usize, hold: bool) -> Self {
+        let gate: Gate = Arc::new((Mutex::new(hold), Condvar::new()));
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
         let received = Arc::new(Mutex::new(Received::default()));
         let failures_left = Arc::new(AtomicUsize::new(fail_first));
-        let state = received.clone();
+        let (state, held) = (received.clone(), gate.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let state = state.clone();
+                let (state, held) = (state.clone(), held.clone());
                 let failures_left = failures_left.clone();
                 std::thread::spawn(move || {
                     let mut reader = BufReader::new(stream);
-                    let (mut key, mut length) = (String::new(), 0usize);
+                    let (mut key, mut length, mut authorization) = (String::new(), 0usize, None);
                     let mut line = String::new();
                     while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
                         let lower = line.to_ascii_lowercase();
@@ -48,6 +83,8 @@ impl Webhook {
                             key = v.trim().to_owned();
                         } else if let Some(v) = lower.strip_prefix("content-length:") {
                             length = v.trim().parse().unwrap_or(0);
+                        } else if lower.starts_with("authorization:") {
+                            authorization = Some(line["authorization:".len()..].trim().to_owned());
                         }
                         line.clear();
                     }
@@ -69,7 +106,21 @@ impl Webhook {
                         if !fail && !state.effects.contains(&key) {
                             state.effects.push(key);
                         }
+                        state.authorizations.extend(authorization);
+                        state.held += 1;
+                        state.most_held = state.most_held.max(state.held);
                     }
+                    {
+                        let (waiting, wake) = &*held;
+                        let mut waiting = waiting.lock().unwrap_or_else(|p| p.into_inner());
+                        while *waiting {
+                            waiting = wake
+                                .wait_timeout(waiting, Duration::from_secs(1))
+                                .unwrap_or_else(|p| p.into_inner())
+                                .0;
+                        }
+                    }
+                    state.lock().unwrap_or_else(|p| p.into_inner()).held -= 1;
                     let status = if fail { "500 Internal Server Error" } else { "200 OK" };
                     let _ = reader.get_mut().write_all(
                         format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").as_bytes(),
@@ -77,7 +128,7 @@ impl Webhook {
                 });
             }
         });
-        Webhook { url, received }
+        Webhook { url, received, gate }
     }
 
     /// (distinct keys, total deliveries, effects applied).

@@ -20,7 +20,7 @@ use super::context::{self, LABEL_ACTION, ParentRef};
 use super::schedule::{Schedule, Slot};
 use crate::engine::rules::Rule;
 use crate::engine::rules::load::hex;
-use crate::engine::rules::model::{ActionSpec, ActionTrigger};
+use crate::engine::rules::model::{ActionSpec, ActionTrigger, HeaderValue, SecretKeyRef};
 use crate::engine::template::Renderer;
 
 /// Annotation carrying the idempotency key on created objects.
@@ -91,6 +91,10 @@ pub struct HttpRequest {
     pub url: String,
     /// Headers (without `Idempotency-Key`, which the sender adds).
     pub headers: BTreeMap<String, String>,
+    /// Headers whose values the sender reads from a Secret just before sending (the namespace
+    /// resolved): never rendered, shown or recorded.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_headers: BTreeMap<String, SecretKeyRef>,
     /// Body.
     pub body: String,
     /// Timeout in milliseconds (at most 30 s).
@@ -500,14 +504,24 @@ fn run(
         Effect::Create(object)
     } else if let Some(http) = &action.http {
         let text = |path: &str| renderer.render_text(&rule.inline_template(&format!("actions.{id}.{path}")), &context);
-        let mut headers = BTreeMap::new();
-        for header in http.headers.keys() {
-            headers.insert(header.clone(), text(&format!("http.headers.{header}"))?);
+        let (mut headers, mut secret_headers) = (BTreeMap::new(), BTreeMap::new());
+        for (header, value) in &http.headers {
+            match value {
+                HeaderValue::Template(_) => {
+                    headers.insert(header.clone(), text(&format!("http.headers.{header}"))?);
+                }
+                HeaderValue::FromSecret(from) => {
+                    let mut reference = from.value_from.secret_key_ref.clone();
+                    reference.namespace.get_or_insert_with(|| parent_ref.namespace.clone());
+                    secret_headers.insert(header.clone(), reference);
+                }
+            }
         }
         Effect::Http(HttpRequest {
             method: http.method.to_uppercase(),
             url: text("http.url")?,
             headers,
+            secret_headers,
             body: if http.body.is_some() {
                 text("http.body")?
             } else {

@@ -11,11 +11,12 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::model::{
-    ActionSpec, ActionTrigger, ChildSpec, FieldSource, Located, LookupSpec, RULE_API_VERSION, RULE_KIND, RuleDocument,
-    RuleSpec, Scaling,
+    ActionSpec, ActionTrigger, ChildSpec, FieldSource, HeaderValue, Located, LookupSpec, RULE_API_VERSION, RULE_KIND,
+    RuleDocument, RuleSpec, Scaling, SecretKeyRef,
 };
 use super::{Rule, RuleSet, inline_template_name};
 use crate::engine::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
+use crate::engine::plan::names;
 use crate::engine::template::{CompileError, Renderer};
 use crate::engine::yaml;
 use crate::engine::{duration, egress};
@@ -731,7 +732,19 @@ impl RuleChecker<'_> {
                     self.compile_inline(rule, &format!("actions.{id}.http.body"), &body.value, self.at(body));
                 }
                 for (header, value) in &http.headers {
-                    self.compile_inline(rule, &format!("actions.{id}.http.headers.{header}"), value, at.clone());
+                    match value {
+                        HeaderValue::Template(template) => {
+                            self.compile_inline(
+                                rule,
+                                &format!("actions.{id}.http.headers.{header}"),
+                                template,
+                                at.clone(),
+                            );
+                        }
+                        HeaderValue::FromSecret(from) => {
+                            self.check_secret_header(&at, id, header, &from.value_from.secret_key_ref)
+                        }
+                    }
                 }
                 if let Some(timeout) = &http.timeout {
                     match duration::parse_at_least(timeout, std::time::Duration::from_millis(1)) {
@@ -810,6 +823,31 @@ impl RuleChecker<'_> {
                 at,
                 format!("action {id:?}: guard.startingDeadline {deadline:?}: {e}"),
                 Some("e.g. startingDeadline: 1h"),
+            );
+        }
+    }
+
+    /// A header read from a Secret names it with constants the API server would accept: the
+    /// parent's author must not choose which Secret is read.
+    fn check_secret_header(&mut self, at: &SourceLocation, id: &str, header: &str, reference: &SecretKeyRef) {
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": reference.name}, "data": {&reference.key: ""},
+        });
+        let namespace = reference
+            .namespace
+            .as_ref()
+            .map(|ns| serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+        let problems = [
+            names::check_name(&secret).err(),
+            names::check_keys(&secret, true).err(),
+            namespace.and_then(|ns| names::check_name(&ns).err()),
+        ];
+        for problem in problems.into_iter().flatten() {
+            self.report(
+                at.clone(),
+                format!("action {id:?}: http.headers.{header}.valueFrom.secretKeyRef: {problem}"),
+                Some("name, key and namespace are constants (not templates), e.g. {name: hook-token, key: token, namespace: platform}"),
             );
         }
     }

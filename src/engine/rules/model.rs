@@ -443,9 +443,11 @@ pub struct HttpAction {
     /// HTTP method (default `POST`).
     #[serde(default = "default_method")]
     pub method: String,
-    /// Extra headers (values are Jinja templates).
+    /// Extra headers: a Jinja template over the parent, or
+    /// `{valueFrom: {secretKeyRef: {name, key, namespace}}}`, read from a Secret when the
+    /// request is sent (never rendered, shown or recorded).
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    pub headers: BTreeMap<String, HeaderValue>,
     /// Request body (a Jinja template).
     #[serde(default)]
     #[schemars(with = "Option<String>")]
@@ -453,6 +455,47 @@ pub struct HttpAction {
     /// Per-request timeout, e.g. `10s` (default `10s`, at most `30s`).
     #[serde(default)]
     pub timeout: Option<String>,
+}
+
+/// An `http` header's value.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum HeaderValue {
+    /// A Jinja template over the parent, e.g. `"{{ metadata.name }}"`.
+    Template(String),
+    /// A value kept in a Secret: `{valueFrom: {secretKeyRef: {name, key, namespace}}}`.
+    FromSecret(HeaderFrom),
+}
+
+/// `valueFrom` of a header.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HeaderFrom {
+    /// Where the value is kept.
+    pub value_from: HeaderSource,
+}
+
+/// The source of a header's value.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HeaderSource {
+    /// A key of a Secret, read by the sender just before each request.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret. Every field is a constant (no template): the parent's author chooses
+/// neither which Secret is read nor where its value goes (only to `allowedHosts`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize, JsonSchema, serde::Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The key in its `data`.
+    pub key: String,
+    /// The Secret's namespace (default: the parent's). A platform namespace keeps the value
+    /// from tenants; `ruleop rbac` grants `get` on exactly this Secret name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 fn default_method() -> String {

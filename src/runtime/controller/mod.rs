@@ -17,6 +17,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
+use crate::apply::deliveries::Deliveries;
 use crate::apply::drift_limit::DriftLimiter;
 use crate::apply::{ApplyError, WrittenParents, events};
 use crate::cache::children::ChildIndex;
@@ -108,6 +109,8 @@ struct RuleContext {
     drift: Arc<DriftLimiter>,
     /// Events published recently, so a repeat becomes a series.
     events: Arc<events::EventLog>,
+    /// The rule's `http` requests in flight.
+    deliveries: Arc<Deliveries>,
     /// Caches of looked-up kinds and who read what.
     lookups: RuleLookups,
     /// Becomes true once every child cache has listed. A watch channel, because kube-runtime's

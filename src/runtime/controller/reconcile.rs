@@ -178,6 +178,7 @@ async fn reconcile_parent(
         drift: &ctx.drift,
         events: &ctx.events,
         egress: &ctx.shared.egress_deny,
+        deliveries: &ctx.deliveries,
     };
     let observed: Vec<Value> = if parent.meta().deletion_timestamp.is_some() {
         // The finalizer is removed on what this says: read it fresh, not from a lagging cache.

@@ -16,6 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info};
 
+use crate::apply::deliveries::Deliveries;
 use crate::apply::events;
 use crate::cache::children::ChildIndex;
 use crate::cache::discovery::{Kinds, NotResolved, ServedKind};
@@ -252,6 +253,14 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
             queued.event(key, Trigger::LookupEvent);
         }));
     }
+    // A finished `http` delivery queues its parent, whose reconcile records the outcome.
+    let (delivered, delivered_rx) = mpsc::unbounded();
+    let deliveries = Arc::new(Deliveries::new(delivered));
+    let (queued, resource) = (triggers.clone(), parent_kind.resource.clone());
+    controller = controller.reconcile_on(delivered_rx.map(move |(namespace, name): (String, String)| {
+        queued.event(queue::key(&namespace, &name), Trigger::Delivered);
+        ObjectRef::new_with(&name, resource.clone()).within(&namespace)
+    }));
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
     let (queued, reloaded) = (triggers.clone(), parent_store.clone());
     let reconcile_all_rx = reconcile_all_rx.inspect(move |()| {
@@ -275,6 +284,7 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         written: memory.written,
         drift: memory.drift,
         events,
+        deliveries,
         lookups,
         parents: parent_store,
         bodies,
