@@ -116,7 +116,7 @@ impl Deliveries {
 
     /// How many requests are sent or waiting for a turn.
     #[cfg(test)]
-    fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.lock().values().filter(|d| matches!(d, Delivery::InFlight)).count()
     }
 }
