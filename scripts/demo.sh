@@ -85,13 +85,11 @@ else
   ruleop_pid=$!
 fi
 
-say "creating the example Database (before its Secret: Ready=False names the missing Secret)"
+say "creating the example Database and its credentials Secret"
 show cat examples/database.yaml
 created=$SECONDS
-show kubectl apply -f examples/database.yaml
-wait_for 60 "Ready=False SecretNotFound" sh -c '[ "$(kubectl get database orders -o jsonpath="{.status.conditions[?(@.type==\"Ready\")].reason}")" = SecretNotFound ]'
-show kubectl get database orders -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}{"\n"}'
 show kubectl create secret generic orders-credentials --from-literal=password=demo
+show kubectl apply -f examples/database.yaml
 if [[ "$mode" == node ]]; then
   say "waiting for the Postgres pods to become ready and the Database Ready"
   show kubectl wait database/orders --for=condition=Ready --timeout=300s
