@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::client::ClientBuilder;
+use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 use tower::{BoxError, Layer, Service};
 use tracing::{info, warn};
@@ -208,12 +209,16 @@ where
 }
 
 /// Two clients of one configuration: one whose writes pass `fence` (for everything the
-/// operator does) and one without (for the leases themselves).
-pub(crate) async fn clients(fence: Arc<Fence>) -> Result<(Client, Client), kube::Error> {
+/// operator does) and one without (for the leases themselves), built on `leases_on` so that its
+/// requests and connections are served by the lease runtime.
+pub(crate) async fn clients(fence: Arc<Fence>, leases_on: &Handle) -> Result<(Client, Client), kube::Error> {
     let config = crate::apply::client::cluster_config()
         .await
         .map_err(kube::Error::InferConfig)?;
-    let leases = Client::try_from(config.clone())?;
+    let leases = {
+        let _inside = leases_on.enter();
+        Client::try_from(config.clone())?
+    };
     let fenced = ClientBuilder::try_from(config)?.with_layer(&FenceLayer(fence)).build();
     Ok((fenced, leases))
 }
@@ -428,8 +433,10 @@ pub(crate) struct Leadership {
 }
 
 /// Waits until `elector` holds its lease (retrying every `retry_period`), then keeps renewing
-/// it in the background; `fence` is open while it is held, `on_change` hears true/false.
+/// it in the background on `renew_on` (the lease runtime); `fence` is open while it is held,
+/// `on_change` hears true/false.
 pub(crate) async fn acquire(
+    renew_on: &Handle,
     mut elector: Elector,
     fence: Arc<Fence>,
     on_change: impl Fn(bool) + Send + Sync + 'static,
@@ -458,7 +465,7 @@ pub(crate) async fn acquire(
     on_change(true);
     let (lost_tx, lost) = watch::channel(false);
     let (stop, mut stop_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
+    let task = renew_on.spawn(async move {
         loop {
             tokio::select! {
                 _ = &mut stop_rx => {

@@ -28,6 +28,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Recorder, Reporter};
+use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tower::{BoxError, Layer};
 use tracing::{debug, info, warn};
@@ -287,8 +288,10 @@ impl Sharding {
 }
 
 /// Starts taking and renewing shards of `election` (whose `name` prefixes the leases) with the
-/// unfenced `client`; `writers` are opened and closed as shards come and go.
+/// unfenced `client`, on `runtime` (the lease runtime); `writers` are opened and closed as shards
+/// come and go.
 pub(crate) fn start(
+    runtime: &Handle,
     client: Client,
     election: &Election,
     writers: Arc<Writers>,
@@ -334,7 +337,7 @@ pub(crate) fn start(
         "sharding: taking up to a fair share of the shard leases"
     );
     let (stop, mut stop_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
+    let task = runtime.spawn(async move {
         // Rounds start every retry period, however long one took (a slow API server makes them
         // late, never more frequent).
         let mut ticks = tokio::time::interval(manager.timing.retry_period);

@@ -18,6 +18,7 @@ use crate::cache::watch::InitialList;
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::load;
 use crate::ha::leader::{self, Election, Elector, Fence, Leadership};
+use crate::ha::lease_runtime::LeaseRuntime;
 use crate::ha::shard::{self, Writers};
 use crate::ops::Observability;
 use crate::ops::admin;
@@ -104,7 +105,9 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     } else {
         Fence::open()
     };
-    let (client, lease_client) = leader::clients(fence.clone())
+    // Dropped last, when run returns: the leases are released by then.
+    let lease_runtime = LeaseRuntime::start().context("starting the lease runtime thread")?;
+    let (client, lease_client) = leader::clients(fence.clone(), lease_runtime.handle())
         .await
         .context("connecting to the Kubernetes API")?;
     let mut kinds = Kinds::default();
@@ -149,7 +152,13 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let (writers, sharding) = match &sharded {
         Some(election) => {
             let writers = Arc::new(Writers::sharded(&client, election.shards, &reporter));
-            let sharding = shard::start(lease_client.clone(), election, writers.clone(), observability.clone());
+            let sharding = shard::start(
+                lease_runtime.handle(),
+                lease_client.clone(),
+                election,
+                writers.clone(),
+                observability.clone(),
+            );
             (writers, Some(sharding))
         }
         None => (Arc::new(Writers::single(client.clone(), recorder.clone())), None),
@@ -168,7 +177,7 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         let gauge = observability.clone();
         let on_change = move |leading: bool| gauge.metrics.set_leader(leading);
         tokio::select! {
-            held = leader::acquire(elector, fence.clone(), on_change) => leadership = Some(held),
+            held = leader::acquire(lease_runtime.handle(), elector, fence.clone(), on_change) => leadership = Some(held),
             () = &mut shutdown => {
                 info!("shutting down while standing by");
                 return Ok(());
