@@ -29,7 +29,7 @@ measure-memory:  ## the operator's RSS over MEMORY_N (default 1000) converged Da
 measure-writes:  ## the API server's writes for WRITES_N (default 100) Databases converging, then a template edit (a measurement)
 	cargo bench --locked --bench writes
 
-measure-unsharded: ## one replica, no shards, over tests/sharding.rs's 300 parents: time, writes, CPU, RSS (docs/operations/sharding.md)
+measure-unsharded: ## one replica, no shards, over tests/it/exclusive/sharding.rs's 300 parents: time, writes, CPU, RSS (docs/operations/sharding.md)
 	cargo bench --locked --bench unsharded
 
 control-plane:   ## build the control plane binary only

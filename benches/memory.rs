@@ -11,7 +11,9 @@
 //!
 //! (the two allocator settings are deploy/deployment.yaml's; the operator inherits them)
 
-#[path = "../tests/support/mod.rs"]
+/// The integration tests' support (tests/it/support), of which a bench uses a part.
+#[path = "../tests/it/support/mod.rs"]
+#[allow(dead_code)]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -1,8 +1,10 @@
-//! The 300 parents of tests/sharding.rs with one replica and no shards, for the comparison in
+//! The 300 parents of tests/it/exclusive/sharding.rs with one replica and no shards, for the comparison in
 //! docs/operations/sharding.md (what the three replicas there split). A measurement, not a test
 //! (`make measure-unsharded`).
 
-#[path = "../tests/support/mod.rs"]
+/// The integration tests' support (tests/it/support), of which a bench uses a part.
+#[path = "../tests/it/support/mod.rs"]
+#[allow(dead_code)]
 mod support;
 
 use std::time::{Duration, Instant};

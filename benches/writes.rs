@@ -3,7 +3,9 @@
 //! verb and the wall time of each. A measurement, not a test (`make measure-writes`); alone in its
 //! binary, so the API server's write counters see only its operator.
 
-#[path = "../tests/support/mod.rs"]
+/// The integration tests' support (tests/it/support), of which a bench uses a part.
+#[path = "../tests/it/support/mod.rs"]
+#[allow(dead_code)]
 mod support;
 
 use std::time::Duration;

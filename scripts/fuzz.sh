@@ -2,7 +2,7 @@
 # `make fuzz`: runs every cargo-fuzz target in fuzz/ for FUZZ_SECONDS (default 60) each and prints
 # executions, executions per second and findings per target. Not part of `make test`; findings
 # land in fuzz/artifacts/<target>/ and, once fixed, belong in fuzz/regressions/<target>/ (replayed
-# by `make test` through tests/fuzz_regressions.rs).
+# by `make test` through tests/it/offline/fuzz_regressions.rs).
 #
 # cargo-fuzz (pinned, installed into target/tools) needs nightly compiler flags: the nightly
 # toolchain is used when rustup has one, otherwise stable with RUSTC_BOOTSTRAP=1. No sanitizer

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make deploy-config`: generates deploy/config/ (or the directory given) from rules/ and
 # templates/, since kustomize reads only files below the kustomization. Nothing in it is edited
-# by hand; tests/deploy.rs fails when it is stale. Then: `kubectl apply -k deploy/`.
+# by hand; tests/it/deploy/kustomize.rs fails when it is stale. Then: `kubectl apply -k deploy/`.
 #
 #   rules/, templates/      copies
 #   kustomization.yaml      ConfigMap ruleop-rules, and one ConfigMap per template directory

@@ -33,7 +33,7 @@ trap '"$ctl" stop' EXIT
 eval "$("$ctl" start)"
 export KUBECONFIG
 
-# A second control plane with a node (tests/node) for the end-to-end tests (tests/e2e.rs):
+# A second control plane with a node (tests/node) for the end-to-end tests (tests/it/node/e2e.rs):
 # ruleop runs there as a Pod, which must not meet the other tests' operators and objects.
 step "node (containerd, kubelet, scheduler, controllers; tests/node)"
 tests/node/node.sh setup
@@ -44,4 +44,7 @@ RULEOP_NODE_KUBECONFIG="$(RULEOP_APISERVER_STATE="$node_state" "$ctl" start --no
 export RULEOP_NODE_KUBECONFIG
 
 step "cargo test"
-cargo test --locked --lib --bins --tests -- --test-threads=2
+# Every area two at a time, then the ones that need the machine (or the API server's write
+# counters) to themselves, one at a time: tests/it/exclusive.
+cargo test --locked --lib --bins --tests -- --test-threads=2 --skip exclusive::
+cargo test --locked --test it exclusive:: -- --test-threads=1

@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # `make unit`: the tests that need no control plane, for the inner loop: the library's own
-# tests, the offline test binaries (fixtures and snapshots, the CLI, RuleTest, the injection
-# guard, fuzz regressions, import layers, docs links and generated references) and
-# `ruleop test tests/ruletests`. `make test` runs these and everything else.
+# tests, the `offline::` area of the integration binary (fixtures and snapshots, the CLI,
+# RuleTest, the injection guard, fuzz regressions, import layers, docs links and generated
+# references) and `ruleop test tests/ruletests`. `make test` runs these and everything else.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-offline=(cli docs_links fixtures fuzz_regressions injection layers reference_docs ruletest)
-args=(--lib)
-for t in "${offline[@]}"; do args+=(--test "$t"); done
-cargo test --locked "${args[@]}"
+cargo test --locked --lib --test it offline::
 cargo run --quiet --locked -- test tests/ruletests

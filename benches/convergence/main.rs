@@ -13,7 +13,7 @@
 mod contenders;
 mod fairness;
 /// Counters and percentiles, shared with the integration tests.
-#[path = "../../tests/support/metrics.rs"]
+#[path = "../../tests/it/support/metrics.rs"]
 mod metrics;
 mod observer;
 mod parents;

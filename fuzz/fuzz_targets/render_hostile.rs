@@ -1,4 +1,4 @@
-//! cargo-fuzz target: `ruleop::engine::fuzzing::render_hostile` (the body is shared with tests/fuzz_regressions.rs).
+//! cargo-fuzz target: `ruleop::engine::fuzzing::render_hostile` (the body is shared with tests/it/offline/fuzz_regressions.rs).
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| ruleop::engine::fuzzing::render_hostile(data));

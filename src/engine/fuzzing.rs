@@ -1,5 +1,5 @@
 //! Fuzz target bodies, shared by the cargo-fuzz targets in `fuzz/` and by the test that replays
-//! every saved finding (`tests/fuzz_regressions.rs`). Each takes raw bytes and panics only when
+//! every saved finding (`tests/it/offline/fuzz_regressions.rs`). Each takes raw bytes and panics only when
 //! an invariant breaks: a panic anywhere in the code under test, or a broken promise (the
 //! injection guard letting structure through, an error message echoing input unbounded).
 

@@ -2,13 +2,11 @@
 //! says what the Dockerfile says (user, entrypoint, labels), and its one binary runs with no
 //! library at all: statically linked, and (as root) inside a chroot of the image's own files.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::root;
 use serde_json::Value;
-use support::root;
 
 /// Builds the image when the archive is missing (`make test` builds it before the tests).
 fn archive() -> PathBuf {

@@ -1,13 +1,11 @@
 //! Guarded one-shot actions against the real control plane: once per generation, once per
 //! annotation value, crash-safe under SIGKILL, safe with two operators, webhooks retried.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::fleet::jobs_per_parent;
-use support::webhook::{Trap, Webhook};
-use support::*;
+use crate::support::fleet::jobs_per_parent;
+use crate::support::webhook::{Trap, Webhook};
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 

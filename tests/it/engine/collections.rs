@@ -2,12 +2,10 @@
 //! item, `dependsOn`/`readyWhen` ordering, and lookups that re-reconcile their readers. Every
 //! rule and template here is written by the test, for an `App` CRD of its own.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::custom::CustomKind;
-use support::*;
+use crate::support::custom::CustomKind;
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 

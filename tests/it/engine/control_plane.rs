@@ -1,15 +1,13 @@
 //! The real control plane behaves as ruleop relies on: readiness, CRDs with a status
 //! subresource, generation semantics, cascading and namespace deletion, server-side apply.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
-use support::*;
 
 #[test]
 fn kubectl_sees_a_ready_api_server() {

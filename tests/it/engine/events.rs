@@ -3,12 +3,10 @@
 //! Warning of its own per failure, and a failure that repeats is one Event whose series counts
 //! the repeats, not a new object each time.
 
-mod support;
-
 use std::time::Duration;
 
-use support::webhook::Webhook;
-use support::*;
+use crate::support::webhook::Webhook;
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 

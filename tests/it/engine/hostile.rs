@@ -3,12 +3,10 @@
 //! ownership labels elsewhere are neither pruned nor read, and a lookup cannot be aimed at a
 //! namespace the parent does not own.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::custom::{CustomKind, nested_json};
-use support::*;
+use crate::support::custom::{CustomKind, nested_json};
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 

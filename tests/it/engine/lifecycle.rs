@@ -4,11 +4,9 @@
 //! requesting a reconcile with annotations, the backups volume released (`deletionPolicy:
 //! Orphan`), and `updateStrategy: Recreate` and `OnDelete`.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -1,10 +1,8 @@
 //! The live engine against the real control plane: children, status, drift, pruning, errors.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -2,13 +2,11 @@
 //! checked against what the original's test or README asserts, on the real control plane; an
 //! example's RuleTests (its `tests/`) run offline.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -1,14 +1,12 @@
 //! Hot reload of rules mounted like a ConfigMap: edits reach every parent, a bad edit never
 //! replaces the last good rules, and rules for new kinds start and stop at runtime.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::custom::CustomKind;
-use support::metrics::percentile;
-use support::mount::{Mount, files_under};
-use support::*;
+use crate::support::custom::CustomKind;
+use crate::support::metrics::percentile;
+use crate::support::mount::{Mount, files_under};
+use crate::support::*;
 
 const RELOAD_FLAGS: &[&str] = &["--reload-debounce", "100ms", "--reload-interval", "30s"];
 

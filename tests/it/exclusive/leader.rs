@@ -2,14 +2,12 @@
 //! leader is replaced within the lease duration, SIGTERM hands over at once, and backups stay
 //! exactly once per (parent, generation) across every hand-over.
 
-mod support;
-
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use support::fleet::{LEASE, all_backed_up, databases_yaml, jobs_per_parent_and_action};
-use support::metrics::percentile;
-use support::*;
+use crate::support::fleet::{LEASE, all_backed_up, databases_yaml, jobs_per_parent_and_action};
+use crate::support::metrics::percentile;
+use crate::support::*;
 
 /// The tests here read the API server's global write counters: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -19,7 +17,7 @@ const ROUNDS: usize = 5;
 const WAIT: Duration = Duration::from_secs(90);
 
 fn replica(rules: &std::path::Path, ns: &str) -> Operator {
-    support::fleet::replica(rules, ns, &["--leader-elect"])
+    crate::support::fleet::replica(rules, ns, &["--leader-elect"])
 }
 
 /// The Cache whose change times a failover.

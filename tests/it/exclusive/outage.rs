@@ -5,12 +5,10 @@
 //! This binary owns a restartable control plane (`--data-dir`: the same port, CA, tokens and etcd
 //! data after the restart), so stopping it disturbs no other test.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::fleet::jobs_per_parent;
-use support::*;
+use crate::support::fleet::jobs_per_parent;
+use crate::support::*;
 
 const PARENTS: usize = 30;
 const OUTAGE: Duration = Duration::from_secs(20);

@@ -1,11 +1,9 @@
 //! The rule's workers serve queued parents in turn: under a backlog, a parent queued first is
 //! reconciled first (the p99 latency of a burst of creates depends on it).
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 #[test]
 fn under_a_backlog_parents_are_reconciled_in_the_order_they_were_queued() {

@@ -3,16 +3,14 @@
 //! replica's shards move to the others within the lease duration, and backups stay exactly once
 //! per (parent, generation) across the hand-over.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use ruleop::ha::shard_of;
-use support::fleet::{
+use crate::support::fleet::{
     DatabaseWatch, LEASE, all_backed_up, backed_up, databases, databases_yaml, jobs_per_parent_and_action, replica,
 };
-use support::*;
+use crate::support::*;
+use ruleop::ha::shard_of;
 
 const SHARDS: u32 = 12;
 const PARENTS: usize = 300;

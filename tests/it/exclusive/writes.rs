@@ -2,13 +2,11 @@
 //! itself, while it converges and when its spec changes. Alone in its test binary so the API
 //! server's write counters see only this test's operator.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use support::writes::{reading, writes_since};
-use support::*;
+use crate::support::writes::{reading, writes_since};
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -1,14 +1,12 @@
 //! End-to-end tests on the test cluster's node (tests/node): ruleop runs as a Pod installed by
 //! `kubectl apply -k` of deploy/ (through the test overlay), Databases run real Postgres pods,
 //! and rule changes reach ruleop through the kubelet's ConfigMap volumes. Driven by kubectl only.
-//! The tests take the one installation in turn (`support::node::ruleop`); each puts its own
+//! The tests take the one installation in turn (`crate::support::node::ruleop`); each puts its own
 //! Databases in its own namespace.
 
-mod support;
-
+use crate::support::node::{self, create_database, ms};
+use crate::support::{Namespace, get, kubectl_ok, merge_patch, wait_until};
 use std::time::{Duration, Instant};
-use support::node::{self, create_database, ms};
-use support::{Namespace, get, kubectl_ok, merge_patch, wait_until};
 
 const POD_READY: Duration = Duration::from_secs(180);
 
@@ -44,7 +42,7 @@ fn the_ruleop_pod_from_the_test_overlay_runs_and_is_ready_as_its_service_account
         get("ruleop-system", &what, "{.spec.containers[0].image}"),
         format!(
             "ruleop:{}",
-            std::fs::read_to_string(support::root().join("target/ruleop-image.tag"))
+            std::fs::read_to_string(crate::support::root().join("target/ruleop-image.tag"))
                 .expect("image tag")
                 .trim()
         ),
@@ -61,14 +59,14 @@ fn the_ruleop_pod_from_the_test_overlay_runs_and_is_ready_as_its_service_account
 fn the_example_database_runs_real_postgres_becomes_ready_and_scales_to_three() {
     let _ruleop = node::ruleop();
     let ns = Namespace::new("e2e-db");
-    let example = std::fs::read_to_string(support::root().join("examples/database.yaml")).expect("example");
+    let example = std::fs::read_to_string(crate::support::root().join("examples/database.yaml")).expect("example");
     let example = example.replace("namespace: default", &format!("namespace: {}", ns.0));
     let start = Instant::now();
-    support::apply_yaml(
+    crate::support::apply_yaml(
         &ns.0,
         "apiVersion: v1\nkind: Secret\nmetadata: {name: orders-credentials}\nstringData: {password: e2e-secret}\n",
     );
-    support::apply_yaml(&ns.0, &example);
+    crate::support::apply_yaml(&ns.0, &example);
     wait_until(POD_READY, "Database orders Ready with 2 ready replicas", || {
         condition(&ns.0, "database/orders", "Ready") == "True" && ready_replicas(&ns.0, "orders") == "2"
     });
@@ -110,8 +108,8 @@ fn a_template_change_applied_with_kustomize_reaches_every_child_through_the_kube
     }
     wait_until(Duration::from_secs(60), "every child created", || {
         names.iter().all(|name| {
-            support::exists(&ns.0, &format!("service/{name}-svc"))
-                && support::exists(&ns.0, &format!("statefulset/{name}"))
+            crate::support::exists(&ns.0, &format!("service/{name}-svc"))
+                && crate::support::exists(&ns.0, &format!("statefulset/{name}"))
         })
     });
 
@@ -182,7 +180,7 @@ fn an_invalid_rule_edit_keeps_the_last_good_rules_running_and_says_rejected_with
     // The last good rules keep reconciling.
     create_database(&ns.0, "still", 0, false);
     wait_until(Duration::from_secs(60), "the Service of a new Database", || {
-        support::exists(&ns.0, "service/still-svc")
+        crate::support::exists(&ns.0, "service/still-svc")
     });
     assert_eq!(node::pods().len(), 1, "the pod keeps running");
     assert!(node::pods()[0].2, "and ready");
@@ -294,7 +292,7 @@ impl Drop for Steps {
 /// data written, backed up, dropped, restored, carried through a minor-version roll, a backup
 /// that fails visibly for a wrong password, and the final backup at deletion. The version goes
 /// up, 16.13 -> 16.15: the node has these two builds, and a minor upgrade (same data directory
-/// format within a major) is what users do; tests/node_network.rs also serves a 16.13 data
+/// format within a major) is what users do; tests/it/node/node_network.rs also serves a 16.13 data
 /// directory with 16.15.
 #[test]
 fn a_database_keeps_its_rows_through_backup_restore_a_minor_upgrade_and_its_final_backup() {
@@ -304,7 +302,7 @@ fn a_database_keeps_its_rows_through_backup_restore_a_minor_upgrade_and_its_fina
     let mut steps = Steps::new();
 
     // 1. The Secret and the Database: Ready, and real PostgreSQL 16 answers.
-    support::apply_yaml(
+    crate::support::apply_yaml(
         ns,
         "apiVersion: v1\nkind: Secret\nmetadata: {name: shop-credentials}\nstringData: {password: story-secret}\n---\n\
          apiVersion: myorg.io/v1\nkind: Database\nmetadata: {name: shop}\n\
@@ -457,7 +455,7 @@ fn a_database_keeps_its_rows_through_backup_restore_a_minor_upgrade_and_its_fina
     );
     let log = kubectl_ok(&["logs", "-n", ns, &format!("job/{failed}")]);
     assert!(log.contains("password authentication failed"), "{log}");
-    assert!(support::exists(ns, "database/shop"), "the Database stays");
+    assert!(crate::support::exists(ns, "database/shop"), "the Database stays");
     assert_eq!(condition(ns, "database/shop", "Ready"), "True", "and keeps serving");
     steps.done("wrong password in the Secret -> backup Job Failed (BackoffLimitExceeded) in status and Event");
 
@@ -470,7 +468,7 @@ fn a_database_keeps_its_rows_through_backup_restore_a_minor_upgrade_and_its_fina
     let start = Instant::now();
     kubectl_ok(&["delete", "-n", ns, "database/shop", "--wait=false"]);
     wait_until(Duration::from_secs(120), "the Database gone", || {
-        !support::exists(ns, "database/shop")
+        !crate::support::exists(ns, "database/shop")
     });
     let gone = start.elapsed();
     let last = job_of(ns, "final-backup");
@@ -518,6 +516,6 @@ fn a_deleted_ruleop_pod_is_replaced_and_reconciling_goes_on() {
     wait_until(
         Duration::from_secs(60),
         "the new pod reconciling a new Database",
-        || support::exists(&ns.0, "service/after-svc") && condition(&ns.0, "database/after", "Ready") == "True",
+        || crate::support::exists(&ns.0, "service/after-svc") && condition(&ns.0, "database/after", "Ready") == "True",
     );
 }

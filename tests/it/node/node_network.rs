@@ -6,12 +6,10 @@
 //! the older minor image is served by the newer. Driven by kubectl; every packet goes to pods on
 //! the node's bridge or to the host.
 
-mod support;
-
+use crate::support::node::ms;
+use crate::support::{Namespace, get, kubectl, wait_until};
 use std::process::Output;
 use std::time::{Duration, Instant};
-use support::node::ms;
-use support::{Namespace, get, kubectl, wait_until};
 
 const POD_READY: Duration = Duration::from_secs(180);
 /// How long a connection may try in the pod (psql's `connect_timeout`): a refusal must come well
@@ -27,9 +25,9 @@ const SERVICE_CIDR: &str = "10.0.0.0/16";
 /// `db`, a Service `empty` whose selector matches no pod, and a client pod (`client`, image
 /// `postgres:16.13`, only sleeping) to run psql in; waits until both pods run.
 fn setup(prefix: &str) -> Namespace {
-    support::node_control_plane();
+    crate::support::node_control_plane();
     let ns = Namespace::new(prefix);
-    support::apply_yaml(
+    crate::support::apply_yaml(
         &ns.0,
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: server, labels: {{app: server}}}}\n\
@@ -159,7 +157,7 @@ fn a_service_without_endpoints_is_refused_on_this_machine_at_once() {
         );
     }
     // A Service gaining an endpoint is reached at the same address.
-    support::merge_patch(&ns.0, "service/empty", r#"{"spec":{"selector":{"app":"server"}}}"#);
+    crate::support::merge_patch(&ns.0, "service/empty", r#"{"spec":{"selector":{"app":"server"}}}"#);
     wait_until(
         POD_READY,
         &format!("{cluster_ip} answering once it has an endpoint"),
@@ -254,7 +252,7 @@ fn the_service_cidr_is_blackholed_and_guarded_on_the_host_and_pods_have_no_defau
 /// A pod of `image` running the entrypoint on the claim `data` (PGDATA below its mount, as the
 /// Database's StatefulSet has it).
 fn postgres_on_claim(ns: &Namespace, pod: &str, image: &str) {
-    support::apply_yaml(
+    crate::support::apply_yaml(
         &ns.0,
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}}}\n\
@@ -279,9 +277,9 @@ fn psql_when_up(ns: &Namespace, pod: &str, sql: &str) -> String {
 
 #[test]
 fn a_data_directory_that_postgres_16_13_made_is_served_by_16_15() {
-    support::node_control_plane();
+    crate::support::node_control_plane();
     let ns = Namespace::new("net-minor");
-    support::apply_yaml(
+    crate::support::apply_yaml(
         &ns.0,
         "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\n\
          spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n",
@@ -290,7 +288,7 @@ fn a_data_directory_that_postgres_16_13_made_is_served_by_16_15() {
     psql_when_up(&ns, "old", "create table t as select generate_series(1, 1000) as i");
     assert_eq!(psql_when_up(&ns, "old", "select count(*) from t"), "1000");
     assert!(psql_when_up(&ns, "old", "select version()").starts_with("PostgreSQL 16.13 "));
-    support::kubectl_ok(&["delete", "pod", "-n", &ns.0, "old", "--wait=true"]);
+    crate::support::kubectl_ok(&["delete", "pod", "-n", &ns.0, "old", "--wait=true"]);
 
     postgres_on_claim(&ns, "new", "postgres:16.15");
     assert!(psql_when_up(&ns, "new", "select version()").starts_with("PostgreSQL 16.15 "));

@@ -4,11 +4,9 @@
 //! removed first) and what its README says of the claims (kept after a scale down, deleted with
 //! the CatSet). Driven by kubectl; ruleop runs as a process on the node's control plane.
 
-mod support;
-
 use std::time::Duration;
 
-use support::{Namespace, Operator, get, kubectl, kubectl_ok, merge_patch, root, wait_until};
+use crate::support::{Namespace, Operator, get, kubectl, kubectl_ok, merge_patch, root, wait_until};
 
 const POD_READY: Duration = Duration::from_secs(180);
 
@@ -49,7 +47,7 @@ fn wait_ready_replicas(namespace: &str, n: usize) -> Duration {
 
 #[test]
 fn the_catset_scales_one_ordered_pod_at_a_time_keeps_its_claims_and_scales_to_zero_before_its_finalizer_goes() {
-    support::node_control_plane();
+    crate::support::node_control_plane();
     let dir = root().join("examples/peers/metacontroller-catset");
     let crds = dir.join("crds").display().to_string();
     kubectl_ok(&["apply", "-f", &crds]);
@@ -58,7 +56,7 @@ fn the_catset_scales_one_ordered_pod_at_a_time_keeps_its_claims_and_scales_to_ze
     let _operator = Operator::start(&dir.join("rules"), &dir.join("templates"), &ns.0);
     for file in ["service.yaml", "example.yaml"] {
         let yaml = std::fs::read_to_string(dir.join(file)).expect("the example's objects");
-        support::apply_yaml(&ns.0, &yaml);
+        crate::support::apply_yaml(&ns.0, &yaml);
     }
 
     // test.sh: "Wait for 3 Pods to be Ready".

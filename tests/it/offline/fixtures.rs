@@ -94,7 +94,7 @@ fn run_case(dir: &Path) -> (bool, String) {
 
 #[test]
 fn passing_cases_render_as_snapshotted() {
-    insta::glob!("inputs/pass/*.case", |path| {
+    insta::glob!("../../inputs", "pass/*.case", |path| {
         let dir = materialise(&fs::read_to_string(path).expect("read case"));
         let (ok, output) = run_case(dir.path());
         assert!(ok, "{} should pass:\n{output}", path.display());
@@ -104,7 +104,7 @@ fn passing_cases_render_as_snapshotted() {
 
 #[test]
 fn failing_cases_report_located_errors() {
-    insta::glob!("inputs/fail/*.case", |path| {
+    insta::glob!("../../inputs", "fail/*.case", |path| {
         let dir = materialise(&fs::read_to_string(path).expect("read case"));
         let (ok, output) = run_case(dir.path());
         assert!(!ok, "{} should fail:\n{output}", path.display());

@@ -1,11 +1,9 @@
 //! Hostile and unlucky input against the real control plane: huge values, children the API
 //! server rejects, status expressions that cannot be evaluated yet.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 

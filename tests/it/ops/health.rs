@@ -2,12 +2,10 @@
 //! API server is unreachable and comes back when they do; liveness holds through both (a
 //! restart cannot fix the network).
 
-mod support;
-
 use std::time::Duration;
 
-use support::custom::CustomKind;
-use support::*;
+use crate::support::custom::CustomKind;
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 

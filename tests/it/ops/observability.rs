@@ -1,13 +1,11 @@
 //! `/metrics` as Prometheus sees it: a valid exposition whose counters move with a reconcile, an
 //! error and a reload, and the shipped dashboard and alerts name only metrics it exports.
 
-mod support;
-
 use std::time::Duration;
 
-use support::exposition::Exposition;
-use support::mount::{Mount, files_under};
-use support::*;
+use crate::support::exposition::Exposition;
+use crate::support::mount::{Mount, files_under};
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 const RELOAD_FLAGS: &[&str] = &["--reload-debounce", "100ms", "--reload-interval", "30s"];

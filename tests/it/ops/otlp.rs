@@ -2,9 +2,7 @@
 //! over OTLP/HTTP (here to a collector stand-in that records what it is sent); without the
 //! feature the flag is refused. `cargo test --features otlp --test otlp` runs the first.
 
-mod support;
-
-use support::*;
+use crate::support::*;
 
 #[cfg(feature = "otlp")]
 #[test]

@@ -1,9 +1,9 @@
 //! Test support for integration tests against the real control plane in tests/apiserver.
 //!
-//! The control plane is started once per test binary (or reused when `KUBECONFIG` is set, as
-//! `make test` does); it exits when this process does (it watches its stdin). Each test gets
+//! The shared control plane is started once (or reused when `KUBECONFIG` is set, as `make test`
+//! does); it exits when this process does (it watches its stdin). A test that needs another one
+//! (the node's, or a restartable one) switches its own thread to it first. Each test gets
 //! its own namespace and, when it needs one, its own `ruleop run` child process.
-#![allow(dead_code)]
 
 pub mod audit;
 pub mod custom;
@@ -17,6 +17,7 @@ pub mod writes;
 
 pub use metrics::sum_metric;
 
+use std::cell::Cell;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -33,71 +34,75 @@ pub fn root() -> &'static Path {
 pub struct ControlPlane {
     /// Admin kubeconfig.
     pub kubeconfig: PathBuf,
-    /// The process when this test binary started it (`None` while stopped or when reused).
+    /// The process when these tests started it (`None` while stopped or when reused).
     process: Mutex<Option<(Child, ChildStdin)>>,
     /// The data directory of a restartable plane (see [`restartable_control_plane`]).
     data_dir: Option<tempfile::TempDir>,
-    /// Whether it has a node (see [`node_control_plane`]).
-    node: bool,
+    /// Set once the shipped CRDs are installed and served here ([`install_crds`]).
+    crds: OnceLock<()>,
 }
 
-static PLANE: OnceLock<ControlPlane> = OnceLock::new();
+static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+static RESTARTABLE: OnceLock<ControlPlane> = OnceLock::new();
+static NODE: OnceLock<ControlPlane> = OnceLock::new();
 
-/// The control plane of this test run, started on first use.
+thread_local! {
+    /// The control plane this test's thread switched to, if any (libtest runs each test on a
+    /// thread of its own).
+    static SWITCHED: Cell<Option<&'static ControlPlane>> = const { Cell::new(None) };
+}
+
+/// The control plane of the calling test: the one its thread switched to
+/// ([`restartable_control_plane`], [`node_control_plane`]), else the shared one, started on
+/// first use. Every helper (kubectl, [`Operator`], ...) goes through this.
 pub fn control_plane() -> &'static ControlPlane {
-    PLANE.get_or_init(|| {
-        if let Ok(path) = std::env::var("KUBECONFIG")
-            && !path.is_empty()
-        {
-            return ControlPlane {
-                kubeconfig: PathBuf::from(path),
-                process: Mutex::new(None),
+    SWITCHED.with(Cell::get).unwrap_or_else(|| {
+        SHARED.get_or_init(|| {
+            if let Ok(path) = std::env::var("KUBECONFIG")
+                && !path.is_empty()
+            {
+                return ControlPlane {
+                    kubeconfig: PathBuf::from(path),
+                    process: Mutex::new(None),
+                    data_dir: None,
+                    crds: OnceLock::new(),
+                };
+            }
+            let (child, stdin, kubeconfig) = start_apiserver(&[]);
+            ControlPlane {
+                kubeconfig,
+                process: Mutex::new(Some((child, stdin))),
                 data_dir: None,
-                node: false,
-            };
-        }
-        let (child, stdin, kubeconfig) = start_apiserver(&[]);
-        ControlPlane {
-            kubeconfig,
-            process: Mutex::new(Some((child, stdin))),
-            data_dir: None,
-            node: false,
-        }
+                crds: OnceLock::new(),
+            }
+        })
     })
 }
 
-/// Makes this test binary's control plane one of its own with a data directory, even when
-/// `KUBECONFIG` names a shared one, so a test can stop and start it (an API server outage)
-/// without disturbing other tests. Every helper (kubectl, [`Operator`], ...) then uses it. Call
-/// it first: it panics if another control plane is already in use.
+/// Switches the calling test to a control plane of its own with a data directory, even when
+/// `KUBECONFIG` names a shared one, so it can stop and start it (an API server outage) without
+/// disturbing other tests. Call it before any other helper; one test at most uses it.
 pub fn restartable_control_plane() -> &'static ControlPlane {
-    let plane = PLANE.get_or_init(|| {
+    let plane = RESTARTABLE.get_or_init(|| {
         let dir = tempfile::tempdir().expect("data dir");
         let (child, stdin, kubeconfig) = start_apiserver(&["--data-dir", &dir.path().display().to_string()]);
         ControlPlane {
             kubeconfig,
             process: Mutex::new(Some((child, stdin))),
             data_dir: Some(dir),
-            node: false,
+            crds: OnceLock::new(),
         }
     });
-    assert!(
-        plane.data_dir.is_some(),
-        "restartable_control_plane() must be called before any other use of the control plane"
-    );
+    SWITCHED.with(|switched| switched.set(Some(plane)));
     plane
 }
 
-/// Makes this test binary's control plane the one with a node (tests/node, see [`node`]):
-/// reused from `RULEOP_NODE_KUBECONFIG` (`make test` starts it), or started with `ctl.sh start
-/// --node` and stopped after this process exits. Call it first: it panics if another control
-/// plane is already in use.
+/// Switches the calling test to the control plane with a node (tests/node, see [`node`]):
+/// reused from `RULEOP_NODE_KUBECONFIG` (`make test` starts it), or started once with
+/// `ctl.sh start --node` and stopped after this process exits. Call it before any other helper.
 pub fn node_control_plane() -> &'static ControlPlane {
-    let plane = PLANE.get_or_init(node::control_plane);
-    assert!(
-        plane.node,
-        "node_control_plane() must be called before any other use of the control plane"
-    );
+    let plane = NODE.get_or_init(node::control_plane);
+    SWITCHED.with(|switched| switched.set(Some(plane)));
     plane
 }
 
@@ -255,8 +260,7 @@ pub fn exists(namespace: &str, what: &str) -> bool {
 
 /// Installs the shipped CRDs (idempotent) and waits until they are served.
 pub fn install_crds() {
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
+    control_plane().crds.get_or_init(|| {
         kubectl_ok(&["apply", "-f", &root().join("deploy/crds").display().to_string()]);
         kubectl_ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]);
     });
@@ -296,7 +300,7 @@ impl Drop for Namespace {
     }
 }
 
-/// A free TCP port on 127.0.0.1, never the same twice in a test binary.
+/// A free TCP port on 127.0.0.1, never the same twice in a test run.
 ///
 /// Not a port the kernel picks (`:0`): those come from the ephemeral range (32768-60999), where
 /// every outgoing connection (kubectl's, the operators') also takes its local port, so between
@@ -318,7 +322,7 @@ pub fn free_port() -> u16 {
 }
 
 /// The ruleop binary tests run: `RULEOP_BIN` when set (a release build, for measurements),
-/// else the one cargo built for this test binary.
+/// else the one cargo built for these tests.
 pub fn binary() -> PathBuf {
     std::env::var_os("RULEOP_BIN")
         .filter(|bin| !bin.is_empty())

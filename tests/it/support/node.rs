@@ -7,7 +7,7 @@
 use super::{ControlPlane, kubectl, kubectl_ok, root, wait_until};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Where a control plane started here keeps its state (`RULEOP_APISERVER_STATE`); its node's
@@ -27,7 +27,7 @@ pub(super) fn control_plane() -> ControlPlane {
             kubeconfig: PathBuf::from(path),
             process: Mutex::new(None),
             data_dir: None,
-            node: true,
+            crds: OnceLock::new(),
         };
     }
     let ctl = root().join("tests/apiserver/ctl.sh");
@@ -72,7 +72,7 @@ pub(super) fn control_plane() -> ControlPlane {
         kubeconfig: PathBuf::from(kubeconfig),
         process: Mutex::new(Some((guard, stdin))),
         data_dir: None,
-        node: true,
+        crds: OnceLock::new(),
     }
 }
 

@@ -1,0 +1,12 @@
+//! Tests that need no control plane: the CLI, fixtures and their snapshots, RuleTest, the
+//! injection guard, fuzz regressions, import layers, docs links and generated references
+//! (`make unit` runs these).
+
+mod cli;
+mod docs_links;
+mod fixtures;
+mod fuzz_regressions;
+mod injection;
+mod layers;
+mod reference_docs;
+mod ruletest;
