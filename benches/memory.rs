@@ -13,7 +13,7 @@
 
 /// The integration tests' support (tests/it/support), of which a bench uses a part.
 #[path = "../tests/it/support/mod.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -360,6 +360,7 @@ fn a_refused_http_action_opens_no_socket_and_reports_egress_denied_with_scheme_a
 
 #[test]
 fn sigkill_at_random_points_never_duplicates_or_loses_a_backup() {
+    let mut timings = RandomTimings::new("sigkill_at_random_points_never_duplicates_or_loses_a_backup");
     install_crds();
     let ns = Namespace::new("act-crash");
     let hook = Webhook::start(0);
@@ -391,7 +392,7 @@ fn sigkill_at_random_points_never_duplicates_or_loses_a_backup() {
                 operator.stop();
                 return;
             }
-            std::thread::sleep(Duration::from_millis(100 + random_below(900)));
+            std::thread::sleep(Duration::from_millis(100 + timings.below(900)));
             operator.kill();
             kills += 1;
             round_kills += 1;

@@ -370,6 +370,7 @@ fn a_cluster_scoped_child_is_deleted_with_its_parent_and_the_finalizer_removed()
 
 #[test]
 fn sigkill_during_cleanup_leaks_nothing_and_leaves_no_parent_stuck() {
+    let mut timings = RandomTimings::new("sigkill_during_cleanup_leaks_nothing_and_leaves_no_parent_stuck");
     install_crds();
     let ns = Namespace::new("lc-kill");
     let rules = rules_with(HOME);
@@ -382,7 +383,7 @@ fn sigkill_during_cleanup_leaks_nothing_and_leaves_no_parent_stuck() {
         apply_yaml(&ns.0, &manifests);
         // Kill once while the children are being created, once while they are being deleted.
         let operator = Operator::start(rules.path(), templates.path(), &ns.0);
-        std::thread::sleep(Duration::from_millis(random_below(600)));
+        std::thread::sleep(Duration::from_millis(timings.below(600)));
         operator.kill();
         kills += 1;
         let operator = Operator::start(rules.path(), templates.path(), &ns.0);
@@ -404,7 +405,7 @@ fn sigkill_during_cleanup_leaks_nothing_and_leaves_no_parent_stuck() {
             "the finalizer holds the parents while ruleop is down"
         );
         let operator = Operator::start(rules.path(), templates.path(), &ns.0);
-        std::thread::sleep(Duration::from_millis(random_below(1500)));
+        std::thread::sleep(Duration::from_millis(timings.below(1500)));
         operator.kill();
         kills += 1;
         let left = names.iter().filter(|n| exists(&ns.0, &format!("database/{n}"))).count();

@@ -246,6 +246,8 @@ fn editing_the_platform_defaults_updates_every_tenants_quota() {
 
 #[test]
 fn sigkill_in_the_middle_of_tenant_cleanup_leaks_no_namespace_and_leaves_no_tenant_stuck() {
+    let mut timings =
+        RandomTimings::new("sigkill_in_the_middle_of_tenant_cleanup_leaks_no_namespace_and_leaves_no_tenant_stuck");
     let _alone = ALONE.lock().unwrap_or_else(|p| p.into_inner());
     install_crds();
     let ns = Namespace::new("tn-kill");
@@ -271,7 +273,7 @@ fn sigkill_in_the_middle_of_tenant_cleanup_leaks_no_namespace_and_leaves_no_tena
         args.extend(targets.iter().map(String::as_str));
         kubectl_ok(&args);
         let operator = Operator::start(rules.path(), &templates(), &ns.0);
-        std::thread::sleep(Duration::from_millis(random_below(1500)));
+        std::thread::sleep(Duration::from_millis(timings.below(1500)));
         operator.kill();
         kills += 2;
         let left = names.iter().filter(|n| exists(&ns.0, &format!("tenant/{n}"))).count();

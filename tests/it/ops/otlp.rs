@@ -1,6 +1,6 @@
 //! OpenTelemetry export: with the `otlp` feature, `--otlp-endpoint` sends the reconcile spans
 //! over OTLP/HTTP (here to a collector stand-in that records what it is sent); without the
-//! feature the flag is refused. `cargo test --features otlp --test otlp` runs the first.
+//! feature the flag is refused. `cargo test --features otlp --test it ops::otlp` runs the first.
 
 use crate::support::*;
 

@@ -7,7 +7,7 @@
 use super::{ControlPlane, kubectl, kubectl_ok, root, wait_until};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Where a control plane started here keeps its state (`RULEOP_APISERVER_STATE`); its node's
@@ -23,12 +23,7 @@ pub(super) fn control_plane() -> ControlPlane {
     if let Ok(path) = std::env::var("RULEOP_NODE_KUBECONFIG")
         && !path.is_empty()
     {
-        return ControlPlane {
-            kubeconfig: PathBuf::from(path),
-            process: Mutex::new(None),
-            data_dir: None,
-            crds: OnceLock::new(),
-        };
+        return ControlPlane::new(PathBuf::from(path), None, None);
     }
     let ctl = root().join("tests/apiserver/ctl.sh");
     if ["apiserver", "coredns"]
@@ -68,12 +63,7 @@ pub(super) fn control_plane() -> ControlPlane {
         .spawn()
         .expect("the node's stop guard");
     let stdin = guard.stdin.take().expect("guard stdin");
-    ControlPlane {
-        kubeconfig: PathBuf::from(kubeconfig),
-        process: Mutex::new(Some((guard, stdin))),
-        data_dir: None,
-        crds: OnceLock::new(),
-    }
+    ControlPlane::new(PathBuf::from(kubeconfig), Some((guard, stdin)), None)
 }
 
 /// ruleop installed from the test overlay: the kustomization it was applied from (copies of

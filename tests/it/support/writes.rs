@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::{DATABASE_WRITES, Operator, apiserver_write_counts, count_difference, kubectl_ok, wait_until};
+use super::{Operator, kubectl_ok, wait_until};
 
 /// How long the API server may take to serve the writes ruleop sent.
 const WAIT: Duration = Duration::from_secs(60);
@@ -68,4 +68,64 @@ pub fn writes_since(operator: &Operator, before: &Reading, ours: &[&str]) -> BTr
         }
     }
     writes
+}
+
+/// Everything a reconcile of the shipped Database rule can write, for [`apiserver_write_counts`]:
+/// its children (the backups volume among them), its backup Jobs, itself (finalizer, status) and
+/// Events.
+pub const DATABASE_WRITES: &[&str] = &[
+    "services",
+    "statefulsets",
+    "persistentvolumeclaims",
+    "jobs",
+    "databases",
+    "events",
+];
+
+/// Write requests (POST, PUT, PATCH, APPLY) the API server has served for `resources`, from its
+/// own `apiserver_request_total`, by `"VERB resource[.group][/subresource]"` with the response
+/// code appended when it is not a success (`"POST jobs.batch 409"`), dry runs left out. Two readings
+/// subtracted with [`count_difference`] give one scenario's writes, verb by verb.
+pub fn apiserver_write_counts(resources: &[&str]) -> std::collections::BTreeMap<String, u64> {
+    let text = kubectl_ok(&["get", "--raw", "/metrics"]);
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("the scrape parses");
+    let mut counts = std::collections::BTreeMap::new();
+    for sample in scrape.samples.iter().filter(|s| s.metric == "apiserver_request_total") {
+        let label = |name: &str| sample.labels.get(name).unwrap_or_default();
+        let (verb, resource, code) = (label("verb"), label("resource"), label("code"));
+        if !["POST", "PUT", "PATCH", "APPLY"].contains(&verb)
+            || !resources.contains(&resource)
+            || !label("dry_run").is_empty()
+        {
+            continue;
+        }
+        let mut key = format!("{verb} {resource}");
+        if !label("group").is_empty() {
+            key = format!("{key}.{}", label("group"));
+        }
+        if !label("subresource").is_empty() {
+            key = format!("{key}/{}", label("subresource"));
+        }
+        if !code.starts_with('2') {
+            key = format!("{key} {code}");
+        }
+        let value = match sample.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v as u64,
+            _ => 0,
+        };
+        *counts.entry(key).or_insert(0) += value;
+    }
+    counts
+}
+
+/// `after - before` of two [`apiserver_write_counts`] readings, without the entries that did not move.
+pub fn count_difference(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(key, n)| (key.clone(), n - before.get(key).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
