@@ -2,8 +2,6 @@
 //! prune, guarded actions, status and Events. It sends a request only where the live state
 //! differs from the plan, so reconciling a converged parent writes nothing.
 
-// Left `pub` and unlinted until the http sender work in progress on main lands.
-#[allow(unreachable_pub)]
 pub(crate) mod actions;
 pub(crate) mod api_error;
 pub(crate) mod children;

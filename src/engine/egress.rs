@@ -20,14 +20,14 @@ use ipnet::IpNet;
 use url::{Host, Url};
 
 /// The reason (condition, Event, metric) of a request refused by this policy.
-pub const EGRESS_DENIED: &str = "EgressDenied";
+pub(crate) const EGRESS_DENIED: &str = "EgressDenied";
 
 /// The longest an `http` action may wait for its answer.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A URL scheme an entry allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
+pub(crate) enum Scheme {
     /// `http://` (only when the entry says so).
     Http,
     /// `https://` (the default).
@@ -45,7 +45,7 @@ impl Scheme {
 
 /// The host part of an entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostPattern {
+pub(crate) enum HostPattern {
     /// Exactly this DNS name (lower case, no trailing dot).
     Name(String),
     /// Any name ending in `.` + this suffix.
@@ -58,7 +58,7 @@ pub enum HostPattern {
 
 /// One parsed `allowedHosts` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedHost {
+pub(crate) struct AllowedHost {
     /// Scheme it allows.
     pub scheme: Scheme,
     /// Host it allows.
@@ -69,7 +69,7 @@ pub struct AllowedHost {
 
 impl AllowedHost {
     /// Parses an entry; the error says what is wrong with it.
-    pub fn parse(entry: &str) -> Result<Self, String> {
+    pub(crate) fn parse(entry: &str) -> Result<Self, String> {
         let entry = entry.trim();
         let (scheme, authority) = match entry.split_once("://") {
             Some(("http", rest)) => (Scheme::Http, rest),
@@ -141,7 +141,7 @@ impl AllowedHost {
 
 /// Which addresses a matched entry lets the request reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Permit {
+pub(crate) enum Permit {
     /// A name entry: any address that is not refused.
     Public,
     /// `localhost`: loopback addresses only.
@@ -152,7 +152,7 @@ pub enum Permit {
 
 /// A URL that passed the host check, waiting for its addresses to be checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// The parsed URL, sent as is (never re-parsed from text, so what was checked is what goes).
     pub url: Url,
     /// `scheme://host`: all that status, Events and logs may show of the URL.
@@ -167,7 +167,7 @@ pub struct Target {
 
 impl Target {
     /// The address to connect to when the host is one (no resolution).
-    pub fn literal(&self) -> Option<IpAddr> {
+    pub(crate) fn literal(&self) -> Option<IpAddr> {
         match self.url.host()? {
             Host::Ipv4(ip) => Some(IpAddr::V4(ip)),
             Host::Ipv6(ip) => Some(IpAddr::V6(ip)),
@@ -178,7 +178,7 @@ impl Target {
 
 /// Why a request is refused before any connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Denied {
+pub(crate) enum Denied {
     /// The rule declares no `allowedHosts` (or one does not parse).
     NoAllowedHosts,
     /// The rendered URL does not parse.
@@ -232,7 +232,7 @@ impl fmt::Display for Denied {
 impl std::error::Error for Denied {}
 
 /// `scheme://host` of a URL, or a placeholder when it does not parse: what may be shown.
-pub fn origin(url: &str) -> String {
+pub(crate) fn origin(url: &str) -> String {
     match Url::parse(url) {
         Ok(url) => origin_of(&url),
         Err(_) => "(an invalid url)".to_owned(),
@@ -244,7 +244,7 @@ fn origin_of(url: &Url) -> String {
 }
 
 /// Parses every entry; the first that does not parse is the error.
-pub fn parse_allowed(entries: &[String]) -> Result<Vec<AllowedHost>, Denied> {
+pub(crate) fn parse_allowed(entries: &[String]) -> Result<Vec<AllowedHost>, Denied> {
     let parsed: Vec<AllowedHost> = entries
         .iter()
         .map(|e| AllowedHost::parse(e))
@@ -257,7 +257,7 @@ pub fn parse_allowed(entries: &[String]) -> Result<Vec<AllowedHost>, Denied> {
 }
 
 /// The first check: the rendered URL against the entries, before any name is resolved.
-pub fn check_url(text: &str, allowed: &[AllowedHost]) -> Result<Target, Denied> {
+pub(crate) fn check_url(text: &str, allowed: &[AllowedHost]) -> Result<Target, Denied> {
     let url = Url::parse(text.trim()).map_err(|_| Denied::InvalidUrl)?;
     let scheme = match url.scheme() {
         "http" => Scheme::Http,
@@ -289,7 +289,7 @@ pub fn check_url(text: &str, allowed: &[AllowedHost]) -> Result<Target, Denied> 
 
 /// The second check: every address the host resolved to (or its literal address) must be one
 /// the entry reaches; a single refused address refuses the request.
-pub fn check_addrs(target: &Target, addrs: &[IpAddr], refused: &[IpNet]) -> Result<(), Denied> {
+pub(crate) fn check_addrs(target: &Target, addrs: &[IpAddr], refused: &[IpNet]) -> Result<(), Denied> {
     let denied = || Denied::RefusedAddress {
         origin: target.origin.clone(),
     };
@@ -310,8 +310,15 @@ pub fn check_addrs(target: &Target, addrs: &[IpAddr], refused: &[IpNet]) -> Resu
     Ok(())
 }
 
-/// Both checks in one: the policy as a function of what the sender knows.
-pub fn decide(url: &str, allowed: &[AllowedHost], resolved: &[IpAddr], refused: &[IpNet]) -> Result<Target, Denied> {
+/// Both checks in one: the policy as a function of what the sender knows (the sender runs them
+/// apart, resolving between; the tests state the policy through this).
+#[cfg(test)]
+pub(crate) fn decide(
+    url: &str,
+    allowed: &[AllowedHost],
+    resolved: &[IpAddr],
+    refused: &[IpNet],
+) -> Result<Target, Denied> {
     let target = check_url(url, allowed)?;
     match target.literal() {
         Some(ip) => check_addrs(&target, &[ip], refused)?,
@@ -322,7 +329,7 @@ pub fn decide(url: &str, allowed: &[AllowedHost], resolved: &[IpAddr], refused: 
 
 /// Addresses no name entry reaches, whatever the operator configured: this host, the link
 /// (and the cloud metadata service on it), "any", broadcast and multicast.
-pub fn always_refused(addr: IpAddr) -> bool {
+pub(crate) fn always_refused(addr: IpAddr) -> bool {
     match addr.to_canonical() {
         IpAddr::V4(v4) => v4_refused(v4),
         IpAddr::V6(v6) => {
@@ -344,7 +351,7 @@ fn v4_refused(v4: Ipv4Addr) -> bool {
 }
 
 /// Parses a `--egress-deny-cidr` value: a CIDR (`10.96.0.0/12`) or a single address.
-pub fn parse_cidr(text: &str) -> Result<IpNet, String> {
+pub(crate) fn parse_cidr(text: &str) -> Result<IpNet, String> {
     let text = text.trim();
     if let Ok(net) = text.parse::<IpNet>() {
         return Ok(net.trunc());

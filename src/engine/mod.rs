@@ -3,9 +3,6 @@
 
 pub(crate) mod diagnostic;
 pub(crate) mod duration;
-// Left `pub` and unlinted until the egress work in progress on main lands (then `cargo fix`
-// makes it `pub(crate)` and the compiler tells whether `decide` is still needed).
-#[allow(unreachable_pub, dead_code)]
 pub(crate) mod egress;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
