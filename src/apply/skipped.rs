@@ -1,9 +1,11 @@
-//! The status of a parent that ruleop will not keep in memory (over `--max-object-size`):
-//! `Ready=False` with the reason and what to do, written once per generation of the parent.
+//! What ruleop writes about an object it skips (it does not decode, or is over
+//! `--max-object-size`): a Warning Event on the object, and on a parent `Ready=False` with the
+//! reason and what to do; once per generation (the cache's `SkipReporter` decides when).
 
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::ObjectMeta;
+use kube::runtime::events::{Event, EventType, Recorder};
 use serde_json::json;
 use tracing::warn;
 
@@ -46,4 +48,34 @@ pub(crate) async fn mark_parent(
         warn!(kind = %parent.resource.kind, namespace = namespace.unwrap_or_default(), %name, error = %e,
               "writing Ready=False to a parent that is not cached failed");
     }
+}
+
+/// Publishes a Warning Event (`Undecodable` or `ObjectTooLarge`) on the skipped object of
+/// `resource`, in a task of its own; nothing for an object without a name.
+pub(crate) fn publish_event(recorder: &Recorder, resource: &ApiResource, metadata: &ObjectMeta, why: &Skipped) {
+    let Some(name) = metadata.name.clone().filter(|n| !n.is_empty()) else {
+        return;
+    };
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(resource.api_version.clone()),
+        kind: Some(resource.kind.clone()),
+        name: Some(name),
+        namespace: metadata.namespace.clone(),
+        uid: metadata.uid.clone(),
+        resource_version: metadata.resource_version.clone(),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: why.reason().to_owned(),
+        note: Some(why.message(&resource.kind)),
+        action: "Decode".to_owned(),
+        secondary: None,
+    };
+    let recorder = recorder.clone();
+    tokio::spawn(async move {
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            warn!(error = %e, "publishing an Event failed");
+        }
+    });
 }

@@ -20,7 +20,6 @@ use kube::Resource;
 use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
 use kube::core::{DynamicResourceScope, ObjectMeta, TypeMeta};
 use kube::discovery::ApiResource;
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -293,15 +292,15 @@ impl Skipped {
     }
 }
 
-/// What runs once per reported object (a metric, the parent's status).
+/// What runs once per reported object (a metric, the Event, the parent's status).
 type OnSkipped = Box<dyn Fn(&ObjectMeta, &Skipped) + Send + Sync>;
 
-/// Reports objects that are skipped (they do not decode, or are over the size cap): a warning
-/// and a Warning Event on the object, once per generation (or version, for kinds without one), so a tenant's broken or oversized
+/// Reports objects that are skipped (they do not decode, or are over the size cap): a warning,
+/// and the caller's `on_report` (a Warning Event on the object, written by `apply::skipped`),
+/// once per generation (or version, for kinds without one), so a tenant's broken or oversized
 /// object is visible to them without flooding anyone.
 pub(crate) struct SkipReporter {
     resource: ApiResource,
-    recorder: Recorder,
     /// Objects whose JSON text is longer are not cached.
     max_object_bytes: usize,
     on_report: OnSkipped,
@@ -310,16 +309,15 @@ pub(crate) struct SkipReporter {
 
 impl SkipReporter {
     /// A reporter for objects of `resource` that skips those over `max_object_bytes`;
-    /// `on_report` runs once per reported version (a metric, the parent's status).
+    /// `on_report` runs once per reported version (a metric, the Event, the parent's status:
+    /// what writes is the caller's, the cache only decides).
     pub(crate) fn new(
         resource: ApiResource,
-        recorder: Recorder,
         max_object_bytes: usize,
         on_report: impl Fn(&ObjectMeta, &Skipped) + Send + Sync + 'static,
     ) -> Self {
         SkipReporter {
             resource,
-            recorder,
             max_object_bytes,
             on_report: Box::new(on_report),
             reported: Mutex::default(),
@@ -355,31 +353,6 @@ impl SkipReporter {
                 "an object is over the size cap; it is skipped (not cached, not reconciled) until it changes"
             ),
         }
-        if name.is_empty() {
-            return;
-        }
-        let reference = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(self.resource.api_version.clone()),
-            kind: Some(self.resource.kind.clone()),
-            name: Some(name),
-            namespace: metadata.namespace.clone(),
-            uid: metadata.uid.clone(),
-            resource_version: metadata.resource_version.clone(),
-            ..Default::default()
-        };
-        let event = Event {
-            type_: EventType::Warning,
-            reason: why.reason().to_owned(),
-            note: Some(why.message(&self.resource.kind)),
-            action: "Decode".to_owned(),
-            secondary: None,
-        };
-        let recorder = self.recorder.clone();
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&event, &reference).await {
-                warn!(error = %e, "publishing an Event failed");
-            }
-        });
     }
 }
 

@@ -83,35 +83,32 @@ impl Shared {
         let shared = Arc::downgrade(self);
         let served_kind = served.clone();
         let writes_status = rule.writes_status();
-        let reporter = SkipReporter::new(
-            resource.clone(),
-            self.recorder.clone(),
-            self.max_object_bytes,
-            move |metadata, why| {
-                let Some(shared) = shared.upgrade() else { return };
-                match why {
-                    Skipped::Undecodable(_) => shared.observability.metrics.undecodable(&served_kind.resource.kind),
-                    Skipped::TooLarge { .. } => shared.observability.metrics.too_large(&served_kind.resource.kind),
-                }
-                // Another replica's parent (`--shards`) is marked there.
-                let held = shared.writers.of(metadata.uid.as_deref().unwrap_or_default()).held();
-                if parents && writes_status && held && matches!(why, Skipped::TooLarge { .. }) {
-                    let (served, metadata, why) = (served_kind.clone(), metadata.clone(), why.clone());
-                    tokio::spawn(async move {
-                        let now = crate::runtime::clock::now_rfc3339();
-                        crate::apply::skipped::mark_parent(
-                            shared.client.clone(),
-                            &served,
-                            &metadata,
-                            &why,
-                            now,
-                            &shared.observability,
-                        )
-                        .await;
-                    });
-                }
-            },
-        );
+        let recorder = self.recorder.clone();
+        let reporter = SkipReporter::new(resource.clone(), self.max_object_bytes, move |metadata, why| {
+            crate::apply::skipped::publish_event(&recorder, &served_kind.resource, metadata, why);
+            let Some(shared) = shared.upgrade() else { return };
+            match why {
+                Skipped::Undecodable(_) => shared.observability.metrics.undecodable(&served_kind.resource.kind),
+                Skipped::TooLarge { .. } => shared.observability.metrics.too_large(&served_kind.resource.kind),
+            }
+            // Another replica's parent (`--shards`) is marked there.
+            let held = shared.writers.of(metadata.uid.as_deref().unwrap_or_default()).held();
+            if parents && writes_status && held && matches!(why, Skipped::TooLarge { .. }) {
+                let (served, metadata, why) = (served_kind.clone(), metadata.clone(), why.clone());
+                tokio::spawn(async move {
+                    let now = crate::runtime::clock::now_rfc3339();
+                    crate::apply::skipped::mark_parent(
+                        shared.client.clone(),
+                        &served,
+                        &metadata,
+                        &why,
+                        now,
+                        &shared.observability,
+                    )
+                    .await;
+                });
+            }
+        });
         crate::cache::watch::watch(api, config, self.initial_list, token, Arc::new(reporter))
     }
 }
