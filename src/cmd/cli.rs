@@ -85,61 +85,7 @@ pub enum Command {
     /// Run the operator: one controller per rule, reconciling every watched parent. Uses the
     /// kubeconfig (KUBECONFIG or ~/.kube/config) or the in-cluster service account.
     #[command(after_long_help = RUN_METRICS_HELP)]
-    Run {
-        #[command(flatten)]
-        sources: Sources,
-        /// Only watch objects in this namespace (default: all namespaces).
-        #[arg(long, env = "RULEOP_NAMESPACE")]
-        namespace: Option<String>,
-        /// Resync period for rules that set no `resync` (e.g. 30s, 10m, 1h).
-        #[arg(long, env = "RULEOP_DEFAULT_RESYNC", default_value = "10m")]
-        default_resync: String,
-        /// Listen address of /metrics, /healthz and /readyz.
-        #[arg(long, env = "RULEOP_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
-        admin_addr: std::net::SocketAddr,
-        /// Log format.
-        #[arg(long, value_enum, env = "RULEOP_LOG_FORMAT", default_value_t = LogFormat::Text)]
-        log_format: LogFormat,
-        /// Export spans (one trace per reconcile) as OpenTelemetry traces over OTLP/HTTP to
-        /// this collector, e.g. http://127.0.0.1:4318 (needs a build with the `otlp` feature;
-        /// off by default).
-        #[arg(long, env = "RULEOP_OTLP_ENDPOINT")]
-        otlp_endpoint: Option<String>,
-        /// Quiet time after a change in the rule or template directories before reloading.
-        #[arg(long, env = "RULEOP_RELOAD_DEBOUNCE", default_value = "500ms")]
-        reload_debounce: String,
-        /// Re-read the directories this often even without file events (fallback).
-        #[arg(long, env = "RULEOP_RELOAD_INTERVAL", default_value = "60s")]
-        reload_interval: String,
-        /// How long a stop (SIGTERM or SIGINT) may take: in-flight reconciles get most of it, the
-        /// leases are released in the rest, and then the process exits whatever is still running.
-        /// A second SIGTERM or SIGINT exits at once.
-        #[arg(long, env = "RULEOP_SHUTDOWN_TIMEOUT", default_value = "10s")]
-        shutdown_timeout: String,
-        /// Namespace of the `ruleop-status` ConfigMap that reports the rules in force and the
-        /// errors of a rejected edit (default: POD_NAMESPACE, else --namespace, else default).
-        #[arg(long, env = "RULEOP_STATUS_NAMESPACE")]
-        status_namespace: Option<String>,
-        /// How each watch lists its kind first: `streaming` (one watch sends every object, then a
-        /// bookmark; Kubernetes 1.32+), `paged` (LIST pages of 500, then a watch: any server), or
-        /// `auto` (streaming when a probe shows the server offers it, else paged).
-        #[arg(long, env = "RULEOP_INITIAL_LIST", default_value = "auto",
-              value_parser = PossibleValuesParser::new(InitialList::NAMES).try_map(|name| name.parse::<InitialList>()))]
-        initial_list: InitialList,
-        /// An address range `http` actions never reach through a host name, e.g. the pod and
-        /// Service CIDRs (repeat the flag, or separate with commas). Loopback, link-local,
-        /// metadata and the API server's own addresses are always refused; only an
-        /// `allowedHosts` entry naming the address itself reaches one.
-        #[arg(long = "egress-deny-cidr", env = "RULEOP_EGRESS_DENY_CIDR", value_delimiter = ',', value_parser = crate::engine::egress::parse_cidr)]
-        egress_deny_cidr: Vec<ipnet::IpNet>,
-        /// Watched objects (parents, children, looked-up objects) whose JSON is longer than this
-        /// are neither cached nor reconciled: counted, logged, a Warning Event on the object, and
-        /// a parent gets `Ready=False` (`ObjectTooLarge`). Bytes, or a number with Ki or Mi.
-        #[arg(long, env = "RULEOP_MAX_OBJECT_SIZE", default_value = "256Ki", value_parser = crate::cache::watch::parse_size)]
-        max_object_size: usize,
-        #[command(flatten)]
-        election: Box<ElectionArgs>,
-    },
+    Run(Box<RunArgs>),
     /// Validate every rule and template; print each problem as file:line:col and exit 1 if any.
     Check {
         #[command(flatten)]
@@ -355,6 +301,76 @@ pub enum LogFormat {
     Json,
 }
 
+/// The flags of `ruleop run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    #[allow(missing_docs)] // a `///` on a flattened field would become help text
+    #[command(flatten)]
+    pub sources: Sources,
+    /// Only watch objects in this namespace (default: all namespaces).
+    #[arg(long, env = "RULEOP_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Resync period for rules that set no `resync` (e.g. 30s, 10m, 1h).
+    #[arg(long, env = "RULEOP_DEFAULT_RESYNC", default_value = "10m", value_parser = resync_flag)]
+    pub default_resync: Duration,
+    /// Listen address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "RULEOP_ADMIN_ADDR", default_value = "0.0.0.0:8080")]
+    pub admin_addr: std::net::SocketAddr,
+    /// Log format.
+    #[arg(long, value_enum, env = "RULEOP_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Export spans (one trace per reconcile) as OpenTelemetry traces over OTLP/HTTP to
+    /// this collector, e.g. http://127.0.0.1:4318 (needs a build with the `otlp` feature;
+    /// off by default).
+    #[arg(long, env = "RULEOP_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// Quiet time after a change in the rule or template directories before reloading.
+    #[arg(long, env = "RULEOP_RELOAD_DEBOUNCE", default_value = "500ms", value_parser = duration_flag)]
+    pub reload_debounce: Duration,
+    /// Re-read the directories this often even without file events (fallback).
+    #[arg(long, env = "RULEOP_RELOAD_INTERVAL", default_value = "60s", value_parser = duration_flag)]
+    pub reload_interval: Duration,
+    /// How long a stop (SIGTERM or SIGINT) may take: in-flight reconciles get most of it, the
+    /// leases are released in the rest, and then the process exits whatever is still running.
+    /// A second SIGTERM or SIGINT exits at once.
+    #[arg(long, env = "RULEOP_SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = duration_flag)]
+    pub shutdown_timeout: Duration,
+    /// Namespace of the `ruleop-status` ConfigMap that reports the rules in force and the
+    /// errors of a rejected edit (default: POD_NAMESPACE, else --namespace, else default).
+    #[arg(long, env = "RULEOP_STATUS_NAMESPACE")]
+    pub status_namespace: Option<String>,
+    /// How each watch lists its kind first: `streaming` (one watch sends every object, then a
+    /// bookmark; Kubernetes 1.32+), `paged` (LIST pages of 500, then a watch: any server), or
+    /// `auto` (streaming when a probe shows the server offers it, else paged).
+    #[arg(long, env = "RULEOP_INITIAL_LIST", default_value = "auto",
+          value_parser = PossibleValuesParser::new(InitialList::NAMES).try_map(|name| name.parse::<InitialList>()))]
+    pub initial_list: InitialList,
+    /// An address range `http` actions never reach through a host name, e.g. the pod and
+    /// Service CIDRs (repeat the flag, or separate with commas). Loopback, link-local,
+    /// metadata and the API server's own addresses are always refused; only an
+    /// `allowedHosts` entry naming the address itself reaches one.
+    #[arg(long = "egress-deny-cidr", env = "RULEOP_EGRESS_DENY_CIDR", value_delimiter = ',', value_parser = crate::engine::egress::parse_cidr)]
+    pub egress_deny_cidr: Vec<ipnet::IpNet>,
+    /// Watched objects (parents, children, looked-up objects) whose JSON is longer than this
+    /// are neither cached nor reconciled: counted, logged, a Warning Event on the object, and
+    /// a parent gets `Ready=False` (`ObjectTooLarge`). Bytes, or a number with Ki or Mi.
+    #[arg(long, env = "RULEOP_MAX_OBJECT_SIZE", default_value = "256Ki", value_parser = crate::cache::watch::parse_size)]
+    pub max_object_size: usize,
+    #[allow(missing_docs)]
+    #[command(flatten)]
+    pub election: Box<ElectionArgs>,
+}
+
+/// A duration flag: `500ms`, `30s`, `10m`, `1h`.
+fn duration_flag(text: &str) -> Result<Duration, String> {
+    duration::parse(text)
+}
+
+/// `--default-resync`: a duration, at least [`duration::MIN_RESYNC`].
+fn resync_flag(text: &str) -> Result<Duration, String> {
+    duration::parse_at_least(text, duration::MIN_RESYNC)
+}
+
 /// The `ruleop run` flags of leader election.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ElectionArgs {
@@ -369,15 +385,15 @@ pub struct ElectionArgs {
     #[arg(long, env = "RULEOP_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
     /// How long a standby waits after the last renewal it saw before taking the lease.
-    #[arg(long, env = "RULEOP_LEASE_DURATION", default_value = DEFAULT_LEASE_DURATION)]
-    pub lease_duration: String,
+    #[arg(long, env = "RULEOP_LEASE_DURATION", default_value = DEFAULT_LEASE_DURATION, value_parser = duration_flag)]
+    pub lease_duration: Duration,
     /// How long the holder keeps writing after the start of its last successful renewal
     /// (must be shorter than --lease-duration).
-    #[arg(long, env = "RULEOP_RENEW_DEADLINE", default_value = DEFAULT_RENEW_DEADLINE)]
-    pub renew_deadline: String,
+    #[arg(long, env = "RULEOP_RENEW_DEADLINE", default_value = DEFAULT_RENEW_DEADLINE, value_parser = duration_flag)]
+    pub renew_deadline: Duration,
     /// Time between attempts to acquire or renew the lease.
-    #[arg(long, env = "RULEOP_RETRY_PERIOD", default_value = DEFAULT_RETRY_PERIOD)]
-    pub retry_period: String,
+    #[arg(long, env = "RULEOP_RETRY_PERIOD", default_value = DEFAULT_RETRY_PERIOD, value_parser = duration_flag)]
+    pub retry_period: Duration,
     /// Split the parents into this many shards by a stable hash (FNV-1a) of their UID, each
     /// with its own Lease `<lease-name>-shard-<i>`: every replica reconciles the parents of the
     /// shards it holds, up to its fair share (shards / live replicas, rounded up). More than 1
@@ -391,11 +407,10 @@ pub struct ElectionArgs {
 impl ElectionArgs {
     /// The timing, checked: `retry_period < renew_deadline < lease_duration`.
     pub fn timing(&self) -> Result<Timing, String> {
-        let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("--{flag}: {e}"));
         let timing = Timing {
-            lease_duration: parse("lease-duration", &self.lease_duration)?,
-            renew_deadline: parse("renew-deadline", &self.renew_deadline)?,
-            retry_period: parse("retry-period", &self.retry_period)?,
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
         };
         if timing.lease_duration < Duration::from_secs(1) {
             return Err("--lease-duration: at least 1s (a Lease counts whole seconds)".to_owned());
@@ -431,9 +446,9 @@ mod tests {
             leader_elect: true,
             lease_name: "ruleop".to_owned(),
             lease_namespace: None,
-            lease_duration: l.to_owned(),
-            renew_deadline: r.to_owned(),
-            retry_period: p.to_owned(),
+            lease_duration: duration_flag(l).expect("a duration"),
+            renew_deadline: duration_flag(r).expect("a duration"),
+            retry_period: duration_flag(p).expect("a duration"),
             shards: 1,
         };
         assert_eq!(args("15s", "10s", "2s").timing(), Ok(Timing::CLIENT_GO));
@@ -443,11 +458,22 @@ mod tests {
             "{err}"
         );
         assert!(args("500ms", "400ms", "100ms").timing().is_err());
-        assert!(
-            args("15s", "10s", "soon")
-                .timing()
-                .expect_err("bad")
-                .starts_with("--retry-period")
-        );
+    }
+
+    #[test]
+    fn duration_flags_are_parsed_by_clap_with_the_flag_named() {
+        let err = Cli::try_parse_from(["ruleop", "run", "--retry-period", "soon"]).expect_err("bad");
+        assert!(err.to_string().contains("--retry-period"), "{err}");
+        assert_eq!(err.exit_code(), 2);
+        let err = Cli::try_parse_from(["ruleop", "run", "--default-resync", "100ms"]).expect_err("too short");
+        assert!(err.to_string().contains("--default-resync"), "{err}");
+        let Command::Run(args) = Cli::try_parse_from(["ruleop", "run", "--shutdown-timeout", "3s"])
+            .expect("valid")
+            .command
+        else {
+            panic!("a run")
+        };
+        assert_eq!(args.shutdown_timeout, Duration::from_secs(3));
+        assert_eq!(args.reload_debounce, Duration::from_millis(500));
     }
 }

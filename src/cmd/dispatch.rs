@@ -5,8 +5,6 @@ use std::process::ExitCode;
 use crate::cmd::cli::{Cli, Command};
 use crate::cmd::offline;
 use crate::cmd::{diff, reference, ruletest, trace};
-use crate::engine::duration;
-use crate::runtime::run::{RunSettings, run};
 use clap::Parser;
 
 /// Runs the command line: parses the arguments, runs the command, maps its failure to an
@@ -82,111 +80,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(crate::cmd::status::command(&sources, &options));
         }
         Command::Rbac { sources, schemas } => offline::rbac(&sources, &schemas),
-        Command::Run {
-            sources,
-            namespace,
-            default_resync,
-            admin_addr,
-            log_format,
-            otlp_endpoint,
-            reload_debounce,
-            reload_interval,
-            shutdown_timeout,
-            status_namespace,
-            initial_list,
-            egress_deny_cidr,
-            max_object_size,
-            election,
-        } => {
-            // Kept to the end of `run`: dropping it flushes the spans not exported yet.
-            let json_logs = log_format == crate::cmd::cli::LogFormat::Json;
-            let _telemetry = match crate::ops::telemetry::init(json_logs, otlp_endpoint.as_deref()) {
-                Ok(telemetry) => telemetry,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let parse = |flag: &str, text: &str| duration::parse(text).map_err(|e| format!("error: --{flag}: {e}"));
-            let durations = (
-                duration::parse_at_least(&default_resync, duration::MIN_RESYNC)
-                    .map_err(|e| format!("error: --default-resync: {e}")),
-                parse("reload-debounce", &reload_debounce),
-                parse("reload-interval", &reload_interval),
-                parse("shutdown-timeout", &shutdown_timeout),
-            );
-            let (default_resync, reload_debounce, reload_interval, shutdown_timeout) = match durations {
-                (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
-                (Err(e), _, _, _) | (_, Err(e), _, _) | (_, _, Err(e), _) | (_, _, _, Err(e)) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let (status_namespace, from) = match (status_namespace, std::env::var("POD_NAMESPACE").ok(), &namespace) {
-                (Some(ns), _, _) => (ns, "--status-namespace"),
-                (None, Some(ns), _) => (ns, "POD_NAMESPACE"),
-                (None, None, Some(ns)) => (ns.clone(), "--namespace; no --status-namespace or POD_NAMESPACE given"),
-                (None, None, None) => (
-                    "default".to_owned(),
-                    "no --status-namespace, POD_NAMESPACE or --namespace given",
-                ),
-            };
-            tracing::info!(
-                "the state of the rules is reported in ConfigMap {status_namespace}/{} ({from})",
-                crate::runtime::run::STATUS_CONFIGMAP
-            );
-            let election = match election.timing() {
-                Ok(timing) if election.uses_leases() => Some(crate::ha::leader::Election {
-                    namespace: election
-                        .lease_namespace
-                        .clone()
-                        .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                        .or_else(|| namespace.clone())
-                        .unwrap_or_else(|| "default".to_owned()),
-                    name: election.lease_name.clone(),
-                    identity: crate::ha::leader::identity(),
-                    timing,
-                    shards: election.shards,
-                }),
-                Ok(_) => None,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let settings = RunSettings {
-                rules: sources.rules,
-                templates: sources.templates,
-                namespace,
-                default_resync,
-                admin_addr,
-                reload_debounce,
-                reload_interval,
-                shutdown_timeout,
-                status_namespace,
-                initial_list,
-                election,
-                egress_deny: egress_deny_cidr,
-                max_object_bytes: max_object_size,
-            };
-            let finished = tokio::runtime::Runtime::new().map(|rt| {
-                let result = rt.block_on(run(settings));
-                // Dropping a runtime waits for its blocking tasks without a bound.
-                rt.shutdown_timeout(std::time::Duration::from_secs(1));
-                result
-            });
-            return match finished {
-                Ok(Ok(())) => ExitCode::SUCCESS,
-                Ok(Err(e)) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    ExitCode::FAILURE
-                }
-            };
-        }
+        Command::Run(args) => return crate::cmd::run::command(*args),
     };
     match result {
         Ok(text) => {

@@ -9,6 +9,7 @@ pub(crate) mod live;
 pub mod offline;
 pub(crate) mod reference;
 pub(crate) mod ruletest;
+mod run;
 pub(crate) mod status;
 pub(crate) mod trace;
 
