@@ -17,6 +17,7 @@ use super::model::{
 use super::{Rule, RuleSet, inline_template_name};
 use crate::engine::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
 use crate::engine::plan::names;
+use crate::engine::rollout::policy as rollout;
 use crate::engine::template::{CompileError, Renderer};
 use crate::engine::yaml;
 use crate::engine::{duration, egress};
@@ -359,6 +360,22 @@ impl RuleChecker<'_> {
             }
         }
         self.check_status_written(spec);
+        let rollout = spec.rollout.as_ref().and_then(|block| {
+            let writes_status = spec
+                .status
+                .write
+                .unwrap_or_else(|| !super::is_built_in_api(&spec.watch.api_version));
+            match rollout::validate(block, &spec.status, writes_status) {
+                Ok(policy) => Some(policy),
+                Err(problems) => {
+                    for problem in problems {
+                        let at = SourceLocation::from_span(self.file, &problem.at);
+                        self.report(at, problem.message, Some(problem.hint));
+                    }
+                    None
+                }
+            }
+        });
         if let Some(metadata) = &spec.parent_metadata {
             for (field, entries) in [("labels", &metadata.labels), ("annotations", &metadata.annotations)] {
                 for (key, template) in entries {
@@ -424,6 +441,7 @@ impl RuleChecker<'_> {
             name,
             file: self.file.to_path_buf(),
             resync,
+            rollout,
             cluster_scoped: builtin_cluster_scoped(&doc.spec),
             spec: doc.spec,
         })

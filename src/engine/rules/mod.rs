@@ -21,6 +21,8 @@ pub struct Rule {
     pub spec: RuleSpec,
     /// `spec.resync`, parsed.
     pub resync: Option<Duration>,
+    /// `spec.rollout`, validated: `None` means a change reaches every parent at once.
+    pub rollout: Option<crate::engine::rollout::policy::Rollout>,
     /// A digest of the rule document and every template it uses: equal digests mean the
     /// rule renders the same, so a reload need not re-reconcile its parents.
     pub digest: String,
@@ -48,6 +50,7 @@ impl Rule {
             file: "rules/database.yaml".into(),
             spec: crate::engine::yaml::from_str(spec).expect("a rule spec"),
             resync: None,
+            rollout: None,
             digest: String::new(),
             cluster_scoped: Default::default(),
         }
