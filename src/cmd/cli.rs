@@ -137,6 +137,10 @@ pub enum Command {
         /// a parent gets `Ready=False` (`ObjectTooLarge`). Bytes, or a number with Ki or Mi.
         #[arg(long, env = "RULEOP_MAX_OBJECT_SIZE", default_value = "256Ki", value_parser = crate::cache::watch::parse_size)]
         max_object_size: usize,
+        /// How many revisions of each rule are kept, with their files, in ConfigMaps
+        /// `ruleop-rev-<rule>-<n>` of the status namespace (at least 1).
+        #[arg(long, env = "RULEOP_KEEP_REVISIONS", default_value_t = crate::runtime::revisions::DEFAULT_KEEP, value_parser = clap::value_parser!(u16).range(1..=1000).map(usize::from))]
+        keep_revisions: usize,
         #[command(flatten)]
         election: Box<ElectionArgs>,
     },

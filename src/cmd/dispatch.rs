@@ -96,6 +96,7 @@ pub fn main() -> ExitCode {
             initial_list,
             egress_deny_cidr,
             max_object_size,
+            keep_revisions,
             election,
         } => {
             // Kept to the end of `run`: dropping it flushes the spans not exported yet.
@@ -168,6 +169,7 @@ pub fn main() -> ExitCode {
                 election,
                 egress_deny: egress_deny_cidr,
                 max_object_bytes: max_object_size,
+                keep_revisions,
             };
             let finished = tokio::runtime::Runtime::new().map(|rt| {
                 let result = rt.block_on(run(settings));

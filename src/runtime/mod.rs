@@ -5,6 +5,7 @@ pub(crate) mod controller;
 pub(crate) mod housekeeping;
 pub(crate) mod queue;
 pub(crate) mod reload;
+pub(crate) mod revisions;
 pub(crate) mod run;
 pub(crate) mod shutdown;
 pub(crate) mod supervisor;

@@ -24,6 +24,7 @@ use crate::ops::admin;
 use crate::ops::health::Health;
 use crate::runtime::controller::Shared;
 use crate::runtime::reload::{DirWatcher, fingerprint};
+use crate::runtime::revisions::RevisionStore;
 use crate::runtime::shutdown;
 use crate::runtime::supervisor::{Ended, Supervisor};
 
@@ -56,6 +57,8 @@ pub(crate) struct RunSettings {
     pub egress_deny: Vec<ipnet::IpNet>,
     /// `--max-object-size`: watched objects longer than this are not cached.
     pub max_object_bytes: usize,
+    /// `--keep-revisions`: how many revisions of each rule are kept in ConfigMaps.
+    pub keep_revisions: usize,
 }
 
 /// The ranges `http` actions never reach through a name: the flag's, plus every address of the
@@ -193,6 +196,11 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     observability.health.set_started(true);
     info!(rules = set.rules.len(), "ruleop running");
     let mut reloader = Reloader {
+        revisions: RevisionStore::new(
+            shared.client.clone(),
+            &settings.status_namespace,
+            settings.keep_revisions,
+        ),
         fingerprint: loaded_fingerprint,
         schemas,
         rejected_by_schemas: None,
@@ -203,6 +211,7 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         retry: None,
     };
     if waiting.is_empty() {
+        reloader.status.revisions = reloader.revisions.record(&set).await;
         let _ = reloader
             .status
             .report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint)
@@ -332,6 +341,8 @@ struct Reloader {
     /// in force (after a CRD changed under them).
     rejected_by_schemas: Option<SchemaRejection>,
     status: StatusReporter,
+    /// The kept revisions of each rule.
+    revisions: RevisionStore,
 }
 
 /// What a failed check against the live CRDs refused.
@@ -479,6 +490,7 @@ impl Reloader {
         self.retry = None;
         self.shared.observability.metrics.reloaded("ok");
         info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
+        self.status.revisions = self.revisions.record(&set).await;
         let _ = self
             .status
             .report(ReloadState::Loaded, &rule_names(&set), &fingerprint)
@@ -599,8 +611,10 @@ enum ReloadState {
 /// Writes the `ruleop-status` ConfigMap, where users look after editing rules.
 struct StatusReporter {
     api: Api<k8s_openapi::api::core::v1::ConfigMap>,
-    /// What the ConfigMap says (state, errors, fingerprint, rules), once known.
-    last: Option<[String; 4]>,
+    /// What the ConfigMap says (state, errors, fingerprint, rules, revisions), once known.
+    last: Option<[String; 5]>,
+    /// The revision in force of each rule, one `rule: n` line each (see [`RevisionStore::record`]).
+    revisions: String,
 }
 
 impl StatusReporter {
@@ -608,6 +622,7 @@ impl StatusReporter {
         StatusReporter {
             api: Api::namespaced(client, namespace),
             last: None,
+            revisions: String::new(),
         }
     }
 
@@ -637,6 +652,7 @@ impl StatusReporter {
             errors.clone(),
             fingerprint.to_owned(),
             rules.to_owned(),
+            self.revisions.clone(),
         ];
         if self.last.is_none() {
             // After a restart: what is there may already say it.
@@ -648,6 +664,7 @@ impl StatusReporter {
                     field("errors"),
                     field("fingerprint"),
                     field("rulesInForce"),
+                    field("revisions"),
                 ]);
             }
         }
@@ -663,6 +680,9 @@ impl StatusReporter {
         });
         if !rules.is_empty() {
             data["rulesInForce"] = serde_json::json!(rules);
+        }
+        if !self.revisions.is_empty() {
+            data["revisions"] = serde_json::json!(self.revisions);
         }
         let object = serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",

@@ -6,5 +6,6 @@
 
 pub mod order;
 pub mod policy;
+pub mod record;
 pub mod revision;
 pub mod select;

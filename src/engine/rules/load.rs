@@ -78,13 +78,15 @@ fn load_files(
         .collect();
 
     let mut rules = Vec::new();
-    for (_, path, text) in rule_files {
+    for (file_name, path, text) in rule_files {
         match yaml::documents(text) {
             Err(e) => problems.push(yaml_diagnostic(path, &e)),
             Ok(docs) => {
                 for doc in parse_rule_documents(path, text, docs.len(), &mut problems) {
                     let mut checker = RuleChecker {
                         file: path,
+                        file_name,
+                        file_text: text,
                         renderer: &mut renderer,
                         templates: &template_sources,
                         problems: &mut problems,
@@ -214,6 +216,9 @@ fn parse_rule_documents(path: &Path, text: &str, count: usize, problems: &mut Ve
 /// Validates one rule document and compiles its inline strings.
 struct RuleChecker<'a> {
     file: &'a Path,
+    /// The file's name relative to the rules directory, and its text (kept in revisions).
+    file_name: &'a str,
+    file_text: &'a str,
     renderer: &'a mut Renderer,
     templates: &'a HashMap<&'a str, &'a str>,
     problems: &'a mut Vec<Diagnostic>,
@@ -436,8 +441,14 @@ impl RuleChecker<'_> {
         if self.problems.len() > before {
             return None;
         }
+        let mut files = BTreeMap::from([(format!("rules/{}", self.file_name), self.file_text.to_owned())]);
+        for template in &used_templates {
+            let text = self.templates.get(template).copied().unwrap_or_default();
+            files.insert(format!("templates/{template}"), text.to_owned());
+        }
         Some(Rule {
             digest: self.digest(&doc, &used_templates),
+            files,
             name,
             file: self.file.to_path_buf(),
             resync,
