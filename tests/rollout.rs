@@ -1,11 +1,14 @@
-//! Rule revisions on the control plane: each content of a rule's files that comes into force is
-//! kept, with its files, in a ConfigMap of the operator's namespace; `ruleop-status` names the
-//! revision in force; a restarted operator reads the kept revisions back and numbers on.
+//! Rule revisions and staged rollouts on the control plane: each content of a rule's files that
+//! comes into force is kept, with its files, in a ConfigMap of the operator's namespace, and a
+//! restarted operator numbers on; a change of a rule with `spec.rollout` reaches its parents step
+//! by step, and halts when moved parents stop being ready.
 
 mod support;
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
+use support::custom::CustomKind;
 use support::mount::{Mount, files_under};
 use support::*;
 
@@ -120,4 +123,203 @@ fn every_revision_is_kept_named_in_the_status_and_numbered_on_after_a_restart() 
     );
     let numbers: Vec<u64> = kept_revisions(&ns.0, "database").iter().map(|(n, _)| *n).collect();
     assert_eq!(numbers, [2, 3], "the last two revisions are kept");
+}
+
+/// What `ruleop-status` says of `rule`'s rollout.
+fn rollout_state(ns: &str, rule: &str) -> String {
+    get(ns, "configmap/ruleop-status", &format!("{{.data.rollout\\.{rule}}}"))
+}
+
+/// Services in `ns` with the label `edition=<edition>`, and without an `edition` label, from
+/// one list.
+fn services_by_edition(ns: &str, edition: u32) -> (usize, usize) {
+    let listed: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", "services", "-n", ns, "-o", "json"])).expect("JSON");
+    let editions: Vec<Option<String>> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|service| service["metadata"]["labels"]["edition"].as_str().map(str::to_owned))
+        .collect();
+    let new = editions
+        .iter()
+        .filter(|e| e.as_deref() == Some(&edition.to_string()))
+        .count();
+    (new, editions.iter().filter(|e| e.is_none()).count())
+}
+
+#[test]
+fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then_all() {
+    install_crds();
+    let ns = Namespace::new("rollout-steps");
+    let pause = Duration::from_secs(20);
+    let rule_files: Vec<(String, String)> = files_under(&root().join("rules"))
+        .into_iter()
+        .map(|(path, text)| {
+            let text = if path == "database.yaml" {
+                format!(
+                    "{text}  rollout:\n    steps:\n      - {{percent: 10, pause: {}s}}\n      - {{percent: 100}}\n",
+                    pause.as_secs()
+                )
+            } else {
+                text
+            };
+            (path, text)
+        })
+        .collect();
+    let rules = Mount::new(&rule_files);
+    let template_files = files_under(&root().join("templates"));
+    let mut templates = Mount::new(&template_files);
+    let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    let databases: Vec<String> = (0..20).map(|i| database(&format!("db-{i}"), 1, "")).collect();
+    apply_yaml(&ns.0, &databases.join("\n---\n"));
+    wait_until(Duration::from_secs(60), "20 Services", || {
+        services_by_edition(&ns.0, 1).1 == 20
+    });
+
+    let edited = Instant::now();
+    templates.swap(&edit_service_template(&template_files, 1));
+    wait_until(Duration::from_secs(30), "2 Services of the new template", || {
+        services_by_edition(&ns.0, 1).0 == 2
+    });
+    let first_two = edited.elapsed();
+    let mut polls = 0;
+    wait_until(pause + Duration::from_secs(30), "the first step's pause to end", || {
+        // The Services first: the step is recorded before any parent of the next step moves,
+        // so a state read afterwards that still says step 1 means they were read during it.
+        let (new, old) = services_by_edition(&ns.0, 1);
+        if rollout_state(&ns.0, "database").contains("step: 2 of 2") {
+            return true;
+        }
+        // Until the next step begins, by the API server's objects: 2 new and 18 old.
+        assert_eq!((new, old), (2, 18), "during the first step's pause");
+        polls += 1;
+        false
+    });
+    let step_two = edited.elapsed();
+    wait_until(Duration::from_secs(60), "all 20 Services of the new template", || {
+        services_by_edition(&ns.0, 1) == (20, 0)
+    });
+    let all = edited.elapsed();
+    eprintln!(
+        "edit -> 2 of 20 moved {first_two:?}; held 2 new / 18 old over {polls} polls; next step at {step_two:?}; all 20 at {all:?}"
+    );
+    assert!(step_two >= pause, "the next step began after the pause: {step_two:?}");
+    wait_until(Duration::from_secs(30), "the rollout to complete", || {
+        rollout_state(&ns.0, "database").contains("phase: Complete")
+    });
+}
+
+/// `(name -> resourceVersion, name -> data.edition)` of the ConfigMaps `*-cm` in `ns`.
+fn config_maps(ns: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let listed: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", "configmaps", "-n", ns, "-o", "json"])).expect("JSON");
+    let mut versions = BTreeMap::new();
+    let mut editions = BTreeMap::new();
+    for cm in listed["items"].as_array().expect("items") {
+        let name = cm["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        if !name.ends_with("-cm") {
+            continue;
+        }
+        versions.insert(
+            name.clone(),
+            cm["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        editions.insert(name, cm["data"]["edition"].as_str().unwrap_or_default().to_owned());
+    }
+    (versions, editions)
+}
+
+#[test]
+fn a_change_that_makes_moved_parents_unready_halts_the_rollout_and_the_others_are_never_written() {
+    let kind = CustomKind::new("rollout-halt", "Shop");
+    kind.install();
+    let ns = Namespace::new("rollout-halt");
+    let pause = Duration::from_secs(15);
+    let rule = format!(
+        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: shop\nspec:\n  watch:\n    apiVersion: {}\n    kind: Shop\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: shop/cm.yaml.j2\n      readyWhen: object.data.healthy == \"yes\"\n  rollout:\n    steps:\n      - {{percent: 10, pause: {}s}}\n      - {{percent: 100}}\n",
+        kind.api_version(),
+        pause.as_secs()
+    );
+    let template = |edition: u32, healthy: &str| {
+        vec![(
+            "shop/cm.yaml.j2".to_owned(),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{{{ metadata.name }}}}-cm\ndata:\n  edition: \"{edition}\"\n  healthy: \"{healthy}\"\n"
+            ),
+        )]
+    };
+    let rules = Mount::new(&[("shop.yaml".to_owned(), rule)]);
+    let mut templates = Mount::new(&template(1, "yes"));
+    let operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    let shops: Vec<String> = (0..20).map(|i| kind.object(&format!("shop-{i}"), "{}")).collect();
+    for shop in &shops {
+        kubectl_with_stdin(&["apply", "-n", &ns.0, "-f", "-"], Some(shop));
+    }
+    let ready = |ns: &str| {
+        let listed: serde_json::Value =
+            serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
+        listed["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter(|shop| {
+                shop["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+            })
+            .count()
+    };
+    wait_until(Duration::from_secs(60), "20 Shops Ready", || ready(&ns.0) == 20);
+    let (before, _) = config_maps(&ns.0);
+    assert_eq!(before.len(), 20);
+
+    let edited = Instant::now();
+    templates.swap(&template(2, "no"));
+    wait_until(Duration::from_secs(30), "the rollout to halt", || {
+        rollout_state(&ns.0, "shop").contains("phase: Halted")
+    });
+    let halted = edited.elapsed();
+    let state = rollout_state(&ns.0, "shop");
+    assert!(state.contains("failed:\n") && state.contains("Ready False"), "{state}");
+    // Past the end of the first step's pause, the 18 unmoved ConfigMaps are still as they were.
+    wait_until(
+        pause + Duration::from_secs(30),
+        "the first step's pause to have ended",
+        || {
+            let (now, editions) = config_maps(&ns.0);
+            let moved: Vec<&String> = editions.iter().filter(|(_, e)| *e == "2").map(|(n, _)| n).collect();
+            assert_eq!(
+                moved.len(),
+                2,
+                "exactly the 2 moved parents have the new template: {editions:?}"
+            );
+            let rewritten: Vec<&String> = now
+                .iter()
+                .filter(|(name, version)| !moved.contains(name) && before.get(*name) != Some(*version))
+                .map(|(name, _)| name)
+                .collect();
+            assert!(rewritten.is_empty(), "unmoved ConfigMaps written: {rewritten:?}");
+            edited.elapsed() > pause + Duration::from_secs(2)
+        },
+    );
+    assert_eq!(ready(&ns.0), 18, "the 2 moved Shops are not Ready, the 18 others are");
+    assert_eq!(operator.metric("ruleop_rollout_halts_total", &[("rule", "shop")]), 1);
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.0,
+        "--field-selector",
+        "reason=RolloutHalted",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(events.lines().count(), 1, "one RolloutHalted Event");
+    assert!(rollout_state(&ns.0, "shop").contains("phase: Halted"), "still halted");
+    eprintln!("edit -> halted at the first step in {halted:?}:\n{state}");
+    kind.uninstall();
 }

@@ -6,6 +6,8 @@ pub(crate) mod housekeeping;
 pub(crate) mod queue;
 pub(crate) mod reload;
 pub(crate) mod revisions;
+pub(crate) mod rollout;
+pub(crate) mod rollout_report;
 pub(crate) mod run;
 pub(crate) mod shutdown;
 pub(crate) mod supervisor;

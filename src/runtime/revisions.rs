@@ -46,6 +46,15 @@ impl RevisionStore {
         }
     }
 
+    /// The number of `rule`'s latest revision (0 while none is known).
+    pub(crate) fn latest(&self, rule: &str) -> u64 {
+        self.known
+            .as_ref()
+            .and_then(|known| known.get(rule))
+            .and_then(|kept| kept.last_key_value())
+            .map_or(0, |(number, _)| *number)
+    }
+
     /// Records the revision in force of every rule of `set`: a rule whose files differ from its
     /// latest revision gets the next one, kept in a new ConfigMap, and revisions beyond the last
     /// `keep` are deleted. Returns, for `ruleop-status`, one line per rule: `database: 3`, or why

@@ -153,15 +153,20 @@ impl<'a> Revisions<'a> {
                 why: Why::Pinned,
             });
         }
+        let uid = parent.pointer("/metadata/uid").and_then(serde_json::Value::as_str);
+        Ok(self.by_rollout(uid))
+    }
+
+    /// The revision the rollout alone gives the parent with this UID (its pin left aside).
+    pub fn by_rollout(&self, uid: Option<&str>) -> Choice {
         let Some(staged) = &self.staged else {
-            return Ok(Choice {
+            return Choice {
                 revision: self.current,
                 why: Why::Current,
-            });
+            };
         };
         let state = staged.state;
-        let uid = parent.pointer("/metadata/uid").and_then(serde_json::Value::as_str);
-        let choice = match state.phase {
+        match state.phase {
             Phase::RolledBack => Choice {
                 revision: state.from,
                 why: Why::RolledBack,
@@ -174,8 +179,7 @@ impl<'a> Revisions<'a> {
                 revision: state.from,
                 why: Why::NotYetMoved(state.step),
             },
-        };
-        Ok(choice)
+        }
     }
 
     /// The revision the parent's annotation pins, if it has one.
