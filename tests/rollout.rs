@@ -47,6 +47,18 @@ fn kept_revisions(ns: &str, rule: &str) -> Vec<(u64, Vec<String>)> {
     kept
 }
 
+/// `ruleop rollout <args> --status-namespace <ns>` against the control plane: exit code, stdout.
+fn rollout_command(ns: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(binary())
+        .arg("rollout")
+        .args(args)
+        .args(["--status-namespace", ns])
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .output()
+        .expect("ruleop runs");
+    (out.status.code(), text(&out.stdout))
+}
+
 fn revisions_line(ns: &str) -> String {
     get(ns, "configmap/ruleop-status", "{.data.revisions}")
 }
@@ -123,6 +135,17 @@ fn every_revision_is_kept_named_in_the_status_and_numbered_on_after_a_restart() 
     );
     let numbers: Vec<u64> = kept_revisions(&ns.0, "database").iter().map(|(n, _)| *n).collect();
     assert_eq!(numbers, [2, 3], "the last two revisions are kept");
+    let (code, history) = rollout_command(&ns.0, &["history", "database"]);
+    assert_eq!(code, Some(0), "{history}");
+    assert!(
+        history.contains("revision 3")
+            && history.contains("+    edition: \"2\"")
+            && history.contains("-    edition: \"1\""),
+        "the history shows revision 3's diff against revision 2:\n{history}"
+    );
+    let (code, status) = rollout_command(&ns.0, &["status", "database"]);
+    assert_eq!(code, Some(0), "{status}");
+    assert!(status.contains("rule database: revision 3"), "{status}");
 }
 
 /// What `ruleop-status` says of `rule`'s rollout.
@@ -320,6 +343,12 @@ fn a_change_that_makes_moved_parents_unready_halts_the_rollout_and_the_others_ar
     ]);
     assert_eq!(events.lines().count(), 1, "one RolloutHalted Event");
     assert!(rollout_state(&ns.0, "shop").contains("phase: Halted"), "still halted");
+    let (code, status) = rollout_command(&ns.0, &["status", "shop"]);
+    assert_eq!(code, Some(1), "a halted rollout exits 1: {status}");
+    assert!(
+        status.contains("phase: Halted") && status.contains("Ready False"),
+        "{status}"
+    );
     eprintln!("edit -> halted at the first step in {halted:?}:\n{state}");
     kind.uninstall();
 }

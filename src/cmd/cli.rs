@@ -288,6 +288,20 @@ pub enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = StatusOutput::Text)]
         output: StatusOutput,
     },
+    /// Staged rollouts and kept rule revisions, read-only from the cluster: `status` shows each
+    /// rule's revision in force and its rollout (step, phase, the parents that failed and why);
+    /// `history` lists the kept revisions, each with a unified diff of its changed files against
+    /// the one before. Exit 1 when `status` finds a rollout halted or rolled back, 2 on error.
+    Rollout {
+        /// What to show.
+        #[arg(value_enum)]
+        show: RolloutShow,
+        /// Only this rule (default: every rule).
+        rule: Option<String>,
+        /// Namespace of the `ruleop-status` ConfigMap and the kept revisions (ruleop's own).
+        #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
+        status_namespace: String,
+    },
     #[command(hide = true)]
     Reference {
         /// Which page.
@@ -312,6 +326,15 @@ pub enum TraceOutput {
     Json,
     /// The Trace model as YAML.
     Yaml,
+}
+
+/// What `rollout` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RolloutShow {
+    /// Each rule's revision in force and its rollout's state.
+    Status,
+    /// The kept revisions with the diffs of their files.
+    History,
 }
 
 /// How `status` prints its report.
