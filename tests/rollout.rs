@@ -256,52 +256,95 @@ fn config_maps(ns: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>)
     (versions, editions)
 }
 
+/// Rule `shop`: one ConfigMap per parent, ready while its `healthy` is `yes`, rolled out 10% then
+/// 100% with `pause`; `extra` is more of `spec.rollout` (indented four spaces).
+fn shop_rule(kind: &CustomKind, pause: Duration, extra: &str) -> Vec<(String, String)> {
+    let rule = format!(
+        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: shop\nspec:\n  watch:\n    apiVersion: {}\n    kind: Shop\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: shop/cm.yaml.j2\n      readyWhen: object.data.healthy == \"yes\"\n  rollout:\n    steps:\n      - {{percent: 10, pause: {}s}}\n      - {{percent: 100}}\n{extra}",
+        kind.api_version(),
+        pause.as_secs()
+    );
+    vec![("shop.yaml".to_owned(), rule)]
+}
+
+/// The shop ConfigMap's template, of `edition`, with `healthy`.
+fn shop_template(edition: u32, healthy: &str) -> Vec<(String, String)> {
+    vec![(
+        "shop/cm.yaml.j2".to_owned(),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{{{ metadata.name }}}}-cm\ndata:\n  edition: \"{edition}\"\n  healthy: \"{healthy}\"\n"
+        ),
+    )]
+}
+
+/// How many objects of `kind` in `ns` are Ready=True.
+fn ready_count(kind: &CustomKind, ns: &str) -> usize {
+    let listed: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
+    listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|shop| {
+            shop["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        })
+        .count()
+}
+
+/// Creates 20 Shops in `ns` and waits until they are Ready.
+fn twenty_ready_shops(kind: &CustomKind, ns: &str) {
+    for i in 0..20 {
+        kubectl_with_stdin(
+            &["apply", "-n", ns, "-f", "-"],
+            Some(&kind.object(&format!("shop-{i}"), "{}")),
+        );
+    }
+    wait_until(Duration::from_secs(60), "20 Shops Ready", || {
+        ready_count(kind, ns) == 20
+    });
+}
+
+#[test]
+fn with_on_failure_rollback_a_halted_rollout_moves_its_parents_back() {
+    let kind = CustomKind::new("rollout-back", "Shop");
+    kind.install();
+    let ns = Namespace::new("rollout-back");
+    let rules = Mount::new(&shop_rule(&kind, Duration::from_secs(15), "    onFailure: rollback\n"));
+    let mut templates = Mount::new(&shop_template(1, "yes"));
+    let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    twenty_ready_shops(&kind, &ns.0);
+    templates.swap(&shop_template(2, "no"));
+    wait_until(Duration::from_secs(30), "the rollout to be rolled back", || {
+        rollout_state(&ns.0, "shop").contains("phase: RolledBack")
+    });
+    wait_until(
+        Duration::from_secs(30),
+        "every ConfigMap back on the first template",
+        || config_maps(&ns.0).1.values().all(|edition| edition == "1"),
+    );
+    wait_until(Duration::from_secs(30), "20 Shops Ready again", || {
+        ready_count(&kind, &ns.0) == 20
+    });
+    kind.uninstall();
+}
+
 #[test]
 fn a_change_that_makes_moved_parents_unready_halts_the_rollout_and_the_others_are_never_written() {
     let kind = CustomKind::new("rollout-halt", "Shop");
     kind.install();
     let ns = Namespace::new("rollout-halt");
     let pause = Duration::from_secs(15);
-    let rule = format!(
-        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: shop\nspec:\n  watch:\n    apiVersion: {}\n    kind: Shop\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: shop/cm.yaml.j2\n      readyWhen: object.data.healthy == \"yes\"\n  rollout:\n    steps:\n      - {{percent: 10, pause: {}s}}\n      - {{percent: 100}}\n",
-        kind.api_version(),
-        pause.as_secs()
-    );
-    let template = |edition: u32, healthy: &str| {
-        vec![(
-            "shop/cm.yaml.j2".to_owned(),
-            format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{{{ metadata.name }}}}-cm\ndata:\n  edition: \"{edition}\"\n  healthy: \"{healthy}\"\n"
-            ),
-        )]
-    };
-    let rules = Mount::new(&[("shop.yaml".to_owned(), rule)]);
-    let mut templates = Mount::new(&template(1, "yes"));
+    let rules = Mount::new(&shop_rule(&kind, pause, ""));
+    let mut templates = Mount::new(&shop_template(1, "yes"));
     let operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
-    let shops: Vec<String> = (0..20).map(|i| kind.object(&format!("shop-{i}"), "{}")).collect();
-    for shop in &shops {
-        kubectl_with_stdin(&["apply", "-n", &ns.0, "-f", "-"], Some(shop));
-    }
-    let ready = |ns: &str| {
-        let listed: serde_json::Value =
-            serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
-        listed["items"]
-            .as_array()
-            .expect("items")
-            .iter()
-            .filter(|shop| {
-                shop["status"]["conditions"]
-                    .as_array()
-                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
-            })
-            .count()
-    };
-    wait_until(Duration::from_secs(60), "20 Shops Ready", || ready(&ns.0) == 20);
+    twenty_ready_shops(&kind, &ns.0);
     let (before, _) = config_maps(&ns.0);
     assert_eq!(before.len(), 20);
 
     let edited = Instant::now();
-    templates.swap(&template(2, "no"));
+    templates.swap(&shop_template(2, "no"));
     wait_until(Duration::from_secs(30), "the rollout to halt", || {
         rollout_state(&ns.0, "shop").contains("phase: Halted")
     });
@@ -329,7 +372,11 @@ fn a_change_that_makes_moved_parents_unready_halts_the_rollout_and_the_others_ar
             edited.elapsed() > pause + Duration::from_secs(2)
         },
     );
-    assert_eq!(ready(&ns.0), 18, "the 2 moved Shops are not Ready, the 18 others are");
+    assert_eq!(
+        ready_count(&kind, &ns.0),
+        18,
+        "the 2 moved Shops are not Ready, the 18 others are"
+    );
     assert_eq!(operator.metric("ruleop_rollout_halts_total", &[("rule", "shop")]), 1);
     let events = kubectl_ok(&[
         "get",

@@ -31,7 +31,7 @@ pub struct Record {
 pub enum RecordError {
     /// Its files are more than a ConfigMap holds.
     #[error(
-        "revision {revision} of rule {rule:?} is too large to keep ({bytes} bytes, at most {MAX_RECORD_BYTES}): it is in force but cannot be pinned or rolled back to"
+        "revision {revision} of rule {rule:?} is too large to keep ({bytes} bytes, at most {MAX_RECORD_BYTES}): it is in force but cannot be pinned, nor served from the cluster after a restart"
     )]
     TooLarge {
         /// The rule.
