@@ -230,6 +230,20 @@ pub enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = StatusOutput::Text)]
         output: StatusOutput,
     },
+    /// Staged rollouts and kept rule revisions, read-only from the cluster: `status` shows each
+    /// rule's revision in force and its rollout (step, phase, the parents that failed and why);
+    /// `history` lists the kept revisions, each with a unified diff of its changed files against
+    /// the one before. Exit 1 when `status` finds a rollout halted or rolled back, 2 on error.
+    Rollout {
+        /// What to show.
+        #[arg(value_enum)]
+        show: RolloutShow,
+        /// Only this rule (default: every rule).
+        rule: Option<String>,
+        /// Namespace of the `ruleop-status` ConfigMap and the kept revisions (ruleop's own).
+        #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
+        status_namespace: String,
+    },
     #[command(hide = true)]
     Reference {
         /// Which page.
@@ -254,6 +268,15 @@ pub enum TraceOutput {
     Json,
     /// The Trace model as YAML.
     Yaml,
+}
+
+/// What `rollout` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RolloutShow {
+    /// Each rule's revision in force and its rollout's state.
+    Status,
+    /// The kept revisions with the diffs of their files.
+    History,
 }
 
 /// How `status` prints its report.
@@ -356,6 +379,10 @@ pub struct RunArgs {
     /// a parent gets `Ready=False` (`ObjectTooLarge`). Bytes, or a number with Ki or Mi.
     #[arg(long, env = "RULEOP_MAX_OBJECT_SIZE", default_value = "256Ki", value_parser = crate::cache::watch::parse_size)]
     pub max_object_size: usize,
+    /// How many revisions of each rule are kept, with their files, in ConfigMaps
+    /// `ruleop-rev-<rule>-<n>` of the status namespace (at least 1).
+    #[arg(long, env = "RULEOP_KEEP_REVISIONS", default_value_t = crate::runtime::revisions::DEFAULT_KEEP, value_parser = clap::value_parser!(u16).range(1..=1000).map(usize::from))]
+    pub keep_revisions: usize,
     #[allow(missing_docs)]
     #[command(flatten)]
     pub election: Box<ElectionArgs>,

@@ -79,6 +79,17 @@ pub fn main() -> ExitCode {
             };
             return ExitCode::from(crate::cmd::status::command(&sources, &options));
         }
+        Command::Rollout {
+            show,
+            rule,
+            status_namespace,
+        } => {
+            let show = match show {
+                crate::cmd::cli::RolloutShow::Status => crate::cmd::rollout::Show::Status,
+                crate::cmd::cli::RolloutShow::History => crate::cmd::rollout::Show::History,
+            };
+            return ExitCode::from(crate::cmd::rollout::command(show, rule.as_deref(), &status_namespace));
+        }
         Command::Rbac { sources, schemas } => offline::rbac(&sources, &schemas),
         Command::Run(args) => return crate::cmd::run::command(*args),
     };

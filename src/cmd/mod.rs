@@ -1,5 +1,5 @@
 //! The command line: argument types, the offline commands (`check`, `render`, `test`), the
-//! read-only live ones (`diff`, `trace`, `status`, sharing [`live`]), and the generated reference pages
+//! read-only live ones (`diff`, `trace`, `status`, `rollout`, sharing [`live`]), and the generated reference pages
 //! (`reference`).
 
 pub mod cli;
@@ -8,6 +8,7 @@ mod dispatch;
 pub(crate) mod live;
 pub mod offline;
 pub(crate) mod reference;
+pub(crate) mod rollout;
 pub(crate) mod ruletest;
 mod run;
 pub(crate) mod status;

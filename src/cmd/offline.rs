@@ -181,7 +181,11 @@ pub fn render(
     let (rule, parent, notes) = (planned.rule, planned.parent, planned.notes);
     Ok(match output {
         OutputFormat::Json => {
-            serde_json::to_string_pretty(&json!({"rule": rule.name, "notes": notes, "plan": plan})).unwrap_or_default()
+            let mut out = json!({"rule": rule.name, "notes": notes, "plan": plan});
+            if let Some(rollout) = &rule.rollout {
+                out["rollout"] = json!(rollout.describe());
+            }
+            serde_json::to_string_pretty(&out).unwrap_or_default()
         }
         OutputFormat::Yaml => print_yaml(rule, &parent, &notes, &plan),
     })
@@ -546,6 +550,9 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
         .unwrap_or_default();
     let kind = parent.get("kind").and_then(Value::as_str).unwrap_or_default();
     let mut out = format!("# ruleop render: rule {:?}, parent {kind} {name}\n", rule.name);
+    if let Some(rollout) = &rule.rollout {
+        out.push_str(&format!("# rollout: {}\n", rollout.describe()));
+    }
     for note in notes {
         out.push_str(&format!("# note: {note}\n"));
     }

@@ -48,6 +48,7 @@ pub(crate) fn command(args: RunArgs) -> ExitCode {
         election,
         egress_deny: args.egress_deny_cidr,
         max_object_bytes: args.max_object_size,
+        keep_revisions: args.keep_revisions,
     };
     let finished = tokio::runtime::Runtime::new().map(|rt| {
         let result = rt.block_on(run(settings));

@@ -8,6 +8,7 @@ pub(crate) mod egress;
 pub mod fuzzing;
 pub mod plan;
 pub(crate) mod rbac;
+pub mod rollout;
 pub mod rules;
 pub(crate) mod schema;
 pub(crate) mod template;

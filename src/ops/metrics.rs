@@ -162,6 +162,7 @@ pub(crate) struct Metrics {
     undecodable: Family<KindLabels, Counter>,
     too_large: Family<KindLabels, Counter>,
     controller_restarts: Family<RuleLabels, Counter>,
+    rollout_halts: Family<RuleLabels, Counter>,
     paused: Family<RuleLabels, Counter>,
     slots_skipped: Family<ActionName, Counter>,
     drift_deferred: Family<KindLabels, Counter>,
@@ -264,6 +265,12 @@ impl Default for Metrics {
             "Times a rule's controller ended by itself (a panic in a reconcile) and was started again, per rule",
             controller_restarts.clone(),
         );
+        let rollout_halts = Family::default();
+        registry.register(
+            "ruleop_rollout_halts",
+            "Staged rollouts halted because more moved parents than spec.rollout.maxFailures stopped being ready, per rule",
+            rollout_halts.clone(),
+        );
         let paused = Family::default();
         registry.register(
             "ruleop_paused_reconciles",
@@ -349,6 +356,7 @@ impl Default for Metrics {
             undecodable,
             too_large,
             controller_restarts,
+            rollout_halts,
             paused,
             slots_skipped,
             drift_deferred,
@@ -542,6 +550,13 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a halted staged rollout of `rule`.
+    pub(crate) fn rollout_halted(&self, rule: &str) {
+        self.rollout_halts
+            .get_or_create(&RuleLabels { rule: rule.to_owned() })
+            .inc();
+    }
+
     /// Counts one watched object of `kind` over the size cap.
     pub(crate) fn too_large(&self, kind: &str) {
         self.too_large
@@ -610,6 +625,7 @@ impl Metrics {
             .controller_restarts
             .get_or_create(&RuleLabels { rule: rule.to_owned() });
         let _ = self.paused.get_or_create(&RuleLabels { rule: rule.to_owned() });
+        let _ = self.rollout_halts.get_or_create(&RuleLabels { rule: rule.to_owned() });
         for outcome in [Outcome::Ok, Outcome::Conflict, Outcome::Error("")] {
             let _ = self.reconcile_total.get_or_create(&ControllerResult {
                 controller: rule.to_owned(),

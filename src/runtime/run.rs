@@ -1,6 +1,7 @@
 //! `ruleop run`: load the rules, resolve kinds, start one controller per rule, serve the admin
 //! endpoints, and on SIGTERM/SIGINT stop gracefully (in-flight reconciles finish).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,6 +26,9 @@ use crate::ops::admin;
 use crate::ops::health::Health;
 use crate::runtime::controller::Shared;
 use crate::runtime::reload::{DirWatcher, fingerprint};
+use crate::runtime::revisions::RevisionStore;
+use crate::runtime::rollout::{self, Advanced, Rollouts};
+use crate::runtime::rollout_report::RolloutReport;
 use crate::runtime::shutdown;
 use crate::runtime::supervisor::{Ended, Supervisor};
 
@@ -57,6 +61,8 @@ pub(crate) struct RunSettings {
     pub egress_deny: Vec<ipnet::IpNet>,
     /// `--max-object-size`: watched objects longer than this are not cached.
     pub max_object_bytes: usize,
+    /// `--keep-revisions`: how many revisions of each rule are kept in ConfigMaps.
+    pub keep_revisions: usize,
 }
 
 /// The ranges `http` actions never reach through a name: the flag's, plus every address of the
@@ -184,7 +190,9 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
             }
         }
     }
+    let (rollouts, mut halts) = Rollouts::new();
     let shared = Arc::new(Shared {
+        rollouts,
         recorder,
         writers,
         client,
@@ -202,6 +210,12 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     observability.health.set_started(true);
     info!(rules = set.rules.len(), "ruleop running");
     let mut reloader = Reloader {
+        revisions: RevisionStore::new(
+            shared.client.clone(),
+            &settings.status_namespace,
+            settings.keep_revisions,
+        ),
+        rollout_report: RolloutReport::new(shared.client.clone(), &settings.status_namespace),
         fingerprint: loaded_fingerprint,
         schemas,
         rejected_by_schemas: None,
@@ -212,6 +226,7 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         retry: None,
     };
     if waiting.is_empty() {
+        reloader.status.revisions = reloader.revisions.record(&set).await;
         let _ = reloader
             .status
             .report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint)
@@ -231,6 +246,7 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     loop {
         let retry_at = reloader.retry.map(|(at, _)| at);
         let restart_at = reloader.supervisor.next_restart();
+        let step_at = reloader.next_step();
         tokio::select! {
             () = &mut shutdown => break,
             () = lease_lost(&mut leadership) => {
@@ -240,6 +256,8 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
             () = watcher.changed(settings.reload_debounce, settings.reload_interval) => reloader.reload().await,
             () = sleep_until(retry_at) => reloader.reload().await,
             ended = reloader.supervisor.next_ended() => reloader.report_ended(&ended),
+            () = sleep_until(step_at) => reloader.advance_rollouts().await,
+            Some(rule) = halts.recv() => reloader.rollout_halted(&rule).await,
             () = sleep_until(restart_at) => reloader.supervisor.restart_due(),
         }
     }
@@ -293,6 +311,85 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 
 /// Serialised reloads: one at a time, each building a complete new rule set.
 impl Reloader {
+    /// When the next step of a staged rollout is due.
+    fn next_step(&self) -> Option<Instant> {
+        self.shared
+            .rollouts
+            .all()
+            .iter()
+            .filter_map(|(_, s)| s.next_due())
+            .min()
+    }
+
+    /// Begins the next step of each rollout whose pause is over (its newly moved parents are
+    /// reconciled; the others' plans are unchanged, so they cost no write), and ends the
+    /// rollouts whose last step is done.
+    async fn advance_rollouts(&mut self) {
+        for (rule, staging) in self.shared.rollouts.all() {
+            match staging.advance(Instant::now()) {
+                Advanced::No => continue,
+                Advanced::Step(step) => info!(rule, step = step + 1, "staged rollout: next step"),
+                Advanced::Complete => {
+                    info!(rule, "staged rollout complete");
+                    self.shared.rollouts.end(&rule);
+                }
+            }
+            // Recorded before any parent of the step moves, so what the state says has begun.
+            self.rollout_report.write(&rule, staging.describe()).await;
+            staging.publish();
+            self.supervisor.reconcile_all(&rule);
+        }
+    }
+
+    /// A rollout halted: counted, a Warning Event `RolloutHalted` on `ruleop-status` naming the
+    /// failed parents, and with `onFailure: rollback` every parent reconciled again (back on the
+    /// previous revision).
+    async fn rollout_halted(&mut self, rule: &str) {
+        let Some(staging) = self.shared.rollouts.get(rule) else {
+            return;
+        };
+        let text = staging.describe();
+        warn!(rule, state = %text, "staged rollout halted");
+        self.shared.observability.metrics.rollout_halted(rule);
+        self.publish_warning(
+            "RolloutHalted",
+            "Halt",
+            format!(
+                "the staged rollout of rule {rule:?} halted: {}",
+                text.replace('\n', "; ")
+            ),
+        );
+        self.rollout_report.write(rule, text).await;
+        staging.publish();
+        if staging.state().phase == crate::engine::rollout::select::Phase::RolledBack {
+            self.supervisor.reconcile_all(rule);
+        }
+    }
+
+    /// A Warning Event on the `ruleop-status` ConfigMap, where the state of the rules is reported.
+    fn publish_warning(&self, reason: &str, action: &str, note: String) {
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("ConfigMap".to_owned()),
+            name: Some(STATUS_CONFIGMAP.to_owned()),
+            namespace: Some(self.settings.status_namespace.clone()),
+            ..Default::default()
+        };
+        let event = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: reason.to_owned(),
+            note: Some(crate::engine::diagnostic::bounded(&note, 1000).into_owned()),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        let recorder = self.shared.recorder.clone();
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                warn!(error = %e, "publishing an Event failed");
+            }
+        });
+    }
+
     /// A Warning Event `ControllerRestarted` on the `ruleop-status` ConfigMap, where the state
     /// of the rules is reported.
     fn report_ended(&self, ended: &Ended) {
@@ -341,6 +438,10 @@ struct Reloader {
     /// in force (after a CRD changed under them).
     rejected_by_schemas: Option<SchemaRejection>,
     status: StatusReporter,
+    /// The kept revisions of each rule.
+    revisions: RevisionStore,
+    /// The staged rollouts' state in `ruleop-status`.
+    rollout_report: RolloutReport,
 }
 
 /// What a failed check against the live CRDs refused.
@@ -461,6 +562,15 @@ impl Reloader {
         }
         self.schemas = schemas;
         self.rejected_by_schemas = None;
+        let before: BTreeMap<String, u64> = set
+            .rules
+            .iter()
+            .map(|r| (r.name.clone(), self.revisions.latest(&r.name)))
+            .collect();
+        self.status.revisions = self.revisions.record(&set).await;
+        let staged = rollout::stage(&self.shared.rollouts, &current_set, &set, |rule| {
+            (before.get(rule).copied().unwrap_or(0), self.revisions.latest(rule))
+        });
         let (set, kinds) = (Arc::new(set), Arc::new(kinds));
         match self.shared.current.write() {
             Ok(mut current) => *current = (set.clone(), kinds.clone()),
@@ -488,6 +598,16 @@ impl Reloader {
         self.retry = None;
         self.shared.observability.metrics.reloaded("ok");
         info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
+        for rule in staged {
+            let text = match self.shared.rollouts.get(&rule) {
+                Some(staging) => {
+                    info!(rule, state = %staging.describe(), "staged rollout started");
+                    staging.describe()
+                }
+                None => "phase: Ended (the rule changed without spec.rollout, or is gone)\n".to_owned(),
+            };
+            self.rollout_report.write(&rule, text).await;
+        }
         let _ = self
             .status
             .report(ReloadState::Loaded, &rule_names(&set), &fingerprint)
@@ -608,8 +728,10 @@ enum ReloadState {
 /// Writes the `ruleop-status` ConfigMap, where users look after editing rules.
 struct StatusReporter {
     api: Api<k8s_openapi::api::core::v1::ConfigMap>,
-    /// What the ConfigMap says (state, errors, fingerprint, rules), once known.
-    last: Option<[String; 4]>,
+    /// What the ConfigMap says (state, errors, fingerprint, rules, revisions), once known.
+    last: Option<[String; 5]>,
+    /// The revision in force of each rule, one `rule: n` line each (see [`RevisionStore::record`]).
+    revisions: String,
 }
 
 impl StatusReporter {
@@ -617,6 +739,7 @@ impl StatusReporter {
         StatusReporter {
             api: Api::namespaced(client, namespace),
             last: None,
+            revisions: String::new(),
         }
     }
 
@@ -646,6 +769,7 @@ impl StatusReporter {
             errors.clone(),
             fingerprint.to_owned(),
             rules.to_owned(),
+            self.revisions.clone(),
         ];
         if self.last.is_none() {
             // After a restart: what is there may already say it.
@@ -657,6 +781,7 @@ impl StatusReporter {
                     field("errors"),
                     field("fingerprint"),
                     field("rulesInForce"),
+                    field("revisions"),
                 ]);
             }
         }
@@ -672,6 +797,9 @@ impl StatusReporter {
         });
         if !rules.is_empty() {
             data["rulesInForce"] = serde_json::json!(rules);
+        }
+        if !self.revisions.is_empty() {
+            data["revisions"] = serde_json::json!(self.revisions);
         }
         let object = serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",

@@ -127,6 +127,13 @@ impl Supervisor {
         ended
     }
 
+    /// Re-reconciles every parent of `rule` (a rollout moved on).
+    pub(crate) fn reconcile_all(&self, rule: &str) {
+        if let Some(running) = self.running.get(rule) {
+            running.reconcile_all();
+        }
+    }
+
     /// When the next ended controller is due to start again.
     pub(crate) fn next_restart(&self) -> Option<Instant> {
         self.ended

@@ -17,6 +17,7 @@ use super::model::{
 use super::{Rule, RuleSet, inline_template_name};
 use crate::engine::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
 use crate::engine::plan::names;
+use crate::engine::rollout::policy as rollout;
 use crate::engine::template::{CompileError, Renderer};
 use crate::engine::yaml;
 use crate::engine::{duration, egress};
@@ -77,13 +78,15 @@ fn load_files(
         .collect();
 
     let mut rules = Vec::new();
-    for (_, path, text) in rule_files {
+    for (file_name, path, text) in rule_files {
         match yaml::documents(text) {
             Err(e) => problems.push(yaml_diagnostic(path, &e)),
             Ok(docs) => {
                 for doc in parse_rule_documents(path, text, docs.len(), &mut problems) {
                     let mut checker = RuleChecker {
                         file: path,
+                        file_name,
+                        file_text: text,
                         renderer: &mut renderer,
                         templates: &template_sources,
                         problems: &mut problems,
@@ -213,6 +216,9 @@ fn parse_rule_documents(path: &Path, text: &str, count: usize, problems: &mut Ve
 /// Validates one rule document and compiles its inline strings.
 struct RuleChecker<'a> {
     file: &'a Path,
+    /// The file's name relative to the rules directory, and its text (kept in revisions).
+    file_name: &'a str,
+    file_text: &'a str,
     renderer: &'a mut Renderer,
     templates: &'a HashMap<&'a str, &'a str>,
     problems: &'a mut Vec<Diagnostic>,
@@ -359,6 +365,22 @@ impl RuleChecker<'_> {
             }
         }
         self.check_status_written(spec);
+        let rollout = spec.rollout.as_ref().and_then(|block| {
+            let writes_status = spec
+                .status
+                .write
+                .unwrap_or_else(|| !super::is_built_in_api(&spec.watch.api_version));
+            match rollout::validate(block, &spec.status, writes_status) {
+                Ok(policy) => Some(policy),
+                Err(problems) => {
+                    for problem in problems {
+                        let at = SourceLocation::from_span(self.file, &problem.at);
+                        self.report(at, problem.message, Some(problem.hint));
+                    }
+                    None
+                }
+            }
+        });
         if let Some(metadata) = &spec.parent_metadata {
             for (field, entries) in [("labels", &metadata.labels), ("annotations", &metadata.annotations)] {
                 for (key, template) in entries {
@@ -419,11 +441,18 @@ impl RuleChecker<'_> {
         if self.problems.len() > before {
             return None;
         }
+        let mut files = BTreeMap::from([(format!("rules/{}", self.file_name), self.file_text.to_owned())]);
+        for template in &used_templates {
+            let text = self.templates.get(template).copied().unwrap_or_default();
+            files.insert(format!("templates/{template}"), text.to_owned());
+        }
         Some(Rule {
             digest: self.digest(&doc, &used_templates),
+            files,
             name,
             file: self.file.to_path_buf(),
             resync,
+            rollout,
             cluster_scoped: builtin_cluster_scoped(&doc.spec),
             spec: doc.spec,
         })

@@ -21,9 +21,14 @@ pub struct Rule {
     pub spec: RuleSpec,
     /// `spec.resync`, parsed.
     pub resync: Option<Duration>,
+    /// `spec.rollout`, validated: `None` means a change reaches every parent at once.
+    pub rollout: Option<crate::engine::rollout::policy::Rollout>,
     /// A digest of the rule document and every template it uses: equal digests mean the
     /// rule renders the same, so a reload need not re-reconcile its parents.
     pub digest: String,
+    /// The rule's files with their content, by name (`rules/<file>`, `templates/<template>`): what
+    /// a revision of the rule keeps.
+    pub files: std::collections::BTreeMap<String, String>,
     /// `(apiVersion, kind)` of the rule's child and action kinds that are cluster-scoped: built-in
     /// kinds when loaded, replaced by discovery's answer in `ruleop run` ([`Rule::set_scopes`]).
     pub cluster_scoped: std::collections::BTreeSet<(String, String)>,
@@ -48,7 +53,9 @@ impl Rule {
             file: "rules/database.yaml".into(),
             spec: crate::engine::yaml::from_str(spec).expect("a rule spec"),
             resync: None,
+            rollout: None,
             digest: String::new(),
+            files: Default::default(),
             cluster_scoped: Default::default(),
         }
     }

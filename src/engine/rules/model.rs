@@ -95,6 +95,59 @@ pub struct RuleSpec {
     /// fails while the committed one differs, and reads and status writes are checked against it.
     #[serde(default)]
     pub schema: Option<ParentSchema>,
+    /// How a change of this rule reaches its parents: in steps, a share of the parents at a
+    /// time, halting when too many moved parents stop being ready. Default: all at once.
+    #[serde(default)]
+    #[schemars(with = "Option<RolloutSpec>")]
+    pub rollout: Option<Located<RolloutSpec>>,
+}
+
+/// `spec.rollout`: a changed rule reaches its parents step by step (see docs/concepts/rollouts.md).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// The steps, in order: each moves the first `percent`% of the parents (ordered by a hash of
+    /// their UID) to the new revision, then waits `pause`. Percents increase; the last is 100.
+    #[schemars(with = "Vec<RolloutStep>")]
+    pub steps: Vec<Located<RolloutStep>>,
+    /// How many moved parents may go from ready to not ready during a step's pause (default 0);
+    /// one more halts the rollout.
+    #[serde(default)]
+    pub max_failures: u32,
+    /// What a halted rollout does with the parents it already moved: `halt` (default: they stay
+    /// on the new revision) or `rollback` (they go back to the previous one).
+    #[serde(default)]
+    pub on_failure: OnFailure,
+    /// The status condition that says a parent is healthy (default `Ready`): `Ready` or a type
+    /// defined in `status.conditions`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub condition: Option<Located<String>>,
+}
+
+/// One step of a rollout.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RolloutStep {
+    /// The share of the parents on the new revision once the step begins, 1 to 100.
+    #[schemars(with = "u32", range(min = 1, max = 100))]
+    pub percent: Located<u32>,
+    /// How long the step watches its moved parents before the next step begins, e.g. `1m`
+    /// (at least `1s`). Required on every step but the last.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub pause: Option<Located<String>>,
+}
+
+/// What a halted rollout does with the parents it already moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OnFailure {
+    /// Stop: no further parent moves; the moved ones stay on the new revision.
+    #[default]
+    Halt,
+    /// Stop, and move the moved parents back to the previous revision.
+    Rollback,
 }
 
 /// `spec.schema`: the parent's schema in the OpenAPI v3 subset CRDs use, so an existing CRD's

@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     /// Addresses `http` actions never reach through a name: `--egress-deny-cidr` and the API
     /// server's own addresses.
     pub egress_deny: Vec<ipnet::IpNet>,
+    /// The staged rollouts under way (`spec.rollout`).
+    pub rollouts: crate::runtime::rollout::Rollouts,
 }
 
 impl Shared {

@@ -82,10 +82,11 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
         return Ok(Action::await_change());
     }
     let (set, kinds) = ctx.shared.snapshot();
+    let namespace = parent.namespace().unwrap_or_default();
+    let set = staged_set(&ctx, &parent, &namespace).unwrap_or(set);
     let Some(rule) = set.rule(&ctx.rule_name) else {
         return Ok(Action::await_change());
     };
-    let namespace = parent.namespace().unwrap_or_default();
     if parent.meta().deletion_timestamp.is_some() {
         ctx.lookups.index.forget(&(namespace.clone(), parent.name_any()));
     }
@@ -137,6 +138,26 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
         .metrics
         .reconciled(&rule.name, outcome, started.elapsed());
     result
+}
+
+/// During a staged rollout of the rule, the rule set a parent the current step has not moved is
+/// reconciled under: the one the change replaced (`None`: the set in force). A moved parent is
+/// watched for going from ready to not ready, which may halt the rollout.
+fn staged_set(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> Option<Arc<RuleSet>> {
+    let staging = ctx.shared.rollouts.get(&ctx.rule_name)?;
+    let uid = parent.uid().unwrap_or_default();
+    let parents = ctx.parents.state();
+    let uids: Vec<&str> = parents.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+    if !staging.moves(&uid, &uids) {
+        return Some(staging.previous.clone());
+    }
+    let name = parent.name_any();
+    if let Some(body) = ctx.bodies.get(namespace, &name, &ctx.parent_kind.resource)
+        && staging.observe(&uid, &format!("{namespace}/{name}"), &body)
+    {
+        ctx.shared.rollouts.announce_halt(&ctx.rule_name);
+    }
+    None
 }
 
 async fn reconcile_parent(

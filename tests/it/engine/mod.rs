@@ -10,3 +10,4 @@ mod lifecycle;
 mod live;
 mod peers;
 mod reload;
+mod rollout;

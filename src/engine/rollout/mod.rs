@@ -1,0 +1,11 @@
+//! Staged rollouts of rule changes, the pure part: the validated `spec.rollout` policy, revisions
+//! of a rule's files, the order parents move in, and which revision a parent is reconciled under.
+//!
+//! Nothing here reads the cluster or a clock: the kept revisions, the rollout's state and the
+//! time are inputs (see docs/concepts/rollouts.md).
+
+pub mod order;
+pub mod policy;
+pub mod record;
+pub mod revision;
+pub mod select;

@@ -1,0 +1,192 @@
+//! Keeps the last revisions of each rule in ConfigMaps of the status namespace, one per revision
+//! (`ruleop-rev-<rule>-<n>`), read back when the operator starts, so revision numbers go on
+//! across restarts and leaders, and an older revision's files stay at hand after the mounted
+//! files moved on. What a revision is, and its record, are the engine's (`engine::rollout`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use tracing::{info, warn};
+
+use crate::engine::rollout::record::{Record, RecordError};
+use crate::engine::rollout::revision::Revision;
+use crate::engine::rules::RuleSet;
+
+/// How many revisions of each rule are kept unless `--keep-revisions` says otherwise.
+pub(crate) const DEFAULT_KEEP: usize = 10;
+
+/// The label naming the rule a kept revision belongs to (not `ruleop.io/rule`, which marks
+/// children).
+const LABEL_RULE: &str = "ruleop.io/revision-of";
+/// The label holding a kept revision's number.
+const LABEL_REVISION: &str = "ruleop.io/revision";
+
+/// The kept revisions of every rule, as far as this process knows them.
+pub(crate) struct RevisionStore {
+    api: Api<ConfigMap>,
+    keep: usize,
+    /// Rule -> number -> revision; `None` until read back from the cluster.
+    known: Option<BTreeMap<String, BTreeMap<u64, Revision>>>,
+}
+
+/// The ConfigMap name of a rule's revision.
+pub(crate) fn config_map_name(rule: &str, number: u64) -> String {
+    format!("ruleop-rev-{rule}-{number}")
+}
+
+impl RevisionStore {
+    /// A store in `namespace` keeping `keep` revisions of each rule (at least one).
+    pub(crate) fn new(client: Client, namespace: &str, keep: usize) -> Self {
+        RevisionStore {
+            api: Api::namespaced(client, namespace),
+            keep: keep.max(1),
+            known: None,
+        }
+    }
+
+    /// The number of `rule`'s latest revision (0 while none is known).
+    pub(crate) fn latest(&self, rule: &str) -> u64 {
+        self.known
+            .as_ref()
+            .and_then(|known| known.get(rule))
+            .and_then(|kept| kept.last_key_value())
+            .map_or(0, |(number, _)| *number)
+    }
+
+    /// Records the revision in force of every rule of `set`: a rule whose files differ from its
+    /// latest revision gets the next one, kept in a new ConfigMap, and revisions beyond the last
+    /// `keep` are deleted. Returns, for `ruleop-status`, one line per rule: `database: 3`, or why
+    /// its revision is not kept. Failures are reported there and logged; the rules keep running.
+    pub(crate) async fn record(&mut self, set: &RuleSet) -> String {
+        if self.known.is_none() {
+            match self.read_back().await {
+                Ok(known) => self.known = Some(known),
+                Err(e) => {
+                    warn!(error = %e, "cannot read the kept revisions back; revisions are not recorded");
+                    return format!("revisions are not kept: cannot list them: {e}");
+                }
+            }
+        }
+        let mut lines = Vec::new();
+        for rule in &set.rules {
+            let now = jiff::Timestamp::now();
+            let latest = self
+                .known
+                .as_ref()
+                .and_then(|known| known.get(&rule.name))
+                .and_then(|kept| kept.last_key_value())
+                .map(|(_, revision)| revision.clone());
+            let revision = match &latest {
+                None => Revision::first(&rule.files, now),
+                Some(latest) => match latest.next(&rule.files, now) {
+                    None => {
+                        lines.push(format!("{}: {}", rule.name, latest.number));
+                        continue;
+                    }
+                    Some(next) => next,
+                },
+            };
+            let record = Record {
+                rule: rule.name.clone(),
+                revision: revision.clone(),
+                contents: rule.files.clone(),
+            };
+            let line = match self.keep_record(&record).await {
+                Ok(()) => format!("{}: {}", rule.name, revision.number),
+                Err(e) => {
+                    warn!(rule = %rule.name, error = %e, "a revision is in force but not kept");
+                    format!("{}: {} (not kept: {e})", rule.name, revision.number)
+                }
+            };
+            // Known even when not kept, so the next revision gets the next number.
+            if let Some(known) = self.known.as_mut() {
+                known
+                    .entry(rule.name.clone())
+                    .or_default()
+                    .insert(revision.number, revision);
+            }
+            lines.push(line);
+            self.prune(&rule.name).await;
+        }
+        lines.join("\n")
+    }
+
+    /// Every readable revision record in the namespace, by rule and number. A record that does
+    /// not read back (edited, cut short) is logged and left out.
+    async fn read_back(&self) -> Result<BTreeMap<String, BTreeMap<u64, Revision>>, kube::Error> {
+        let listed = self
+            .api
+            .list(&ListParams::default().labels(&format!("{LABEL_RULE},{LABEL_REVISION}")))
+            .await?;
+        let mut known: BTreeMap<String, BTreeMap<u64, Revision>> = BTreeMap::new();
+        for config_map in listed {
+            let name = config_map.metadata.name.clone().unwrap_or_default();
+            match Record::from_data(&config_map.data.unwrap_or_default()) {
+                Ok(record) => {
+                    known
+                        .entry(record.rule)
+                        .or_default()
+                        .insert(record.revision.number, record.revision);
+                }
+                Err(e) => warn!(config_map = %name, error = %e, "a kept revision does not read back; ignored"),
+            }
+        }
+        Ok(known)
+    }
+
+    /// Creates the record's ConfigMap. One that exists already with the same files (another
+    /// replica kept it first) counts as kept.
+    async fn keep_record(&self, record: &Record) -> Result<(), String> {
+        let data = record.to_data().map_err(|e| e.to_string())?;
+        let name = config_map_name(&record.rule, record.revision.number);
+        let config_map: ConfigMap = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "app.kubernetes.io/managed-by": "ruleop",
+                    LABEL_RULE: record.rule,
+                    LABEL_REVISION: record.revision.number.to_string(),
+                },
+            },
+            "data": data,
+        }))
+        .map_err(|e| e.to_string())?;
+        match self.api.create(&PostParams::default(), &config_map).await {
+            Ok(_) => {
+                info!(rule = %record.rule, revision = record.revision.number, changed = ?record.revision.changed, "revision kept");
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let existing = self.api.get(&name).await.map_err(|e| e.to_string())?;
+                match Record::from_data(&existing.data.unwrap_or_default()) {
+                    Ok(kept) if kept.revision.digest == record.revision.digest => Ok(()),
+                    Ok(_) => Err(format!("{name} exists with other files")),
+                    Err(RecordError::Invalid(why)) => Err(format!("{name} exists and is not a revision: {why}")),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Deletes a rule's revisions beyond the last `keep`.
+    async fn prune(&mut self, rule: &str) {
+        let Some(kept) = self.known.as_mut().and_then(|known| known.get_mut(rule)) else {
+            return;
+        };
+        while kept.len() > self.keep {
+            let Some((number, _)) = kept.pop_first() else {
+                break;
+            };
+            let name = config_map_name(rule, number);
+            match self.api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => info!(rule, revision = number, "revision no longer kept"),
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(e) => warn!(rule, revision = number, error = %e, "deleting an old revision failed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Writes the state of each staged rollout into `ruleop-status` (key `rollout.<rule>`), where
+//! users already look after an edit, under a field manager of its own, so the reload report's
+//! writes and these leave each other's keys alone.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use tracing::warn;
+
+use crate::runtime::run::STATUS_CONFIGMAP;
+
+/// The field manager of the `rollout.<rule>` keys.
+const MANAGER: &str = "ruleop-rollouts";
+
+/// The rollouts' part of `ruleop-status`.
+pub(crate) struct RolloutReport {
+    api: Api<ConfigMap>,
+    /// Rule -> what its key says. Every write sends them all: a key this manager stops sending
+    /// would be removed by server-side apply.
+    said: BTreeMap<String, String>,
+}
+
+impl RolloutReport {
+    /// Writes into `ruleop-status` in `namespace`.
+    pub(crate) fn new(client: Client, namespace: &str) -> Self {
+        RolloutReport {
+            api: Api::namespaced(client, namespace),
+            said: BTreeMap::new(),
+        }
+    }
+
+    /// Records `text` as the state of `rule`'s rollout. A failure is logged; the rollout goes on.
+    pub(crate) async fn write(&mut self, rule: &str, text: String) {
+        if self.said.get(rule) == Some(&text) {
+            return;
+        }
+        self.said.insert(rule.to_owned(), text);
+        let data: BTreeMap<String, &String> = self
+            .said
+            .iter()
+            .map(|(rule, text)| (format!("rollout.{rule}"), text))
+            .collect();
+        let object = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": STATUS_CONFIGMAP},
+            "data": data,
+        });
+        let params = PatchParams::apply(MANAGER).force();
+        if let Err(e) = self.api.patch(STATUS_CONFIGMAP, &params, &Patch::Apply(&object)).await {
+            warn!(rule, error = %e, "writing the rollout state into {STATUS_CONFIGMAP} failed");
+        }
+    }
+}

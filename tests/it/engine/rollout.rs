@@ -1,0 +1,399 @@
+//! Rule revisions and staged rollouts on the control plane: each content of a rule's files that
+//! comes into force is kept, with its files, in a ConfigMap of the operator's namespace, and a
+//! restarted operator numbers on; a change of a rule with `spec.rollout` reaches its parents step
+//! by step, and halts when moved parents stop being ready.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::support::custom::CustomKind;
+use crate::support::mount::{Mount, files_under};
+use crate::support::*;
+
+const RELOAD_FLAGS: &[&str] = &["--reload-debounce", "100ms", "--reload-interval", "30s"];
+
+/// The kept revisions of `rule` in `ns`: `(number, changed files)`, by number.
+fn kept_revisions(ns: &str, rule: &str) -> Vec<(u64, Vec<String>)> {
+    let listed = kubectl_ok(&[
+        "get",
+        "configmaps",
+        "-n",
+        ns,
+        "-l",
+        &format!("ruleop.io/revision-of={rule}"),
+        "-o",
+        "json",
+    ]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("a list");
+    let mut kept: Vec<(u64, Vec<String>)> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|cm| {
+            let record: serde_json::Value =
+                serde_json::from_str(cm["data"]["revision.json"].as_str().expect("a record")).expect("JSON");
+            let changed = record["changed"]
+                .as_array()
+                .expect("changed")
+                .iter()
+                .map(|f| f.as_str().expect("a name").to_owned())
+                .collect();
+            (record["number"].as_u64().expect("a number"), changed)
+        })
+        .collect();
+    kept.sort();
+    kept
+}
+
+/// `ruleop rollout <args> --status-namespace <ns>` against the control plane: exit code, stdout.
+fn rollout_command(ns: &str, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(binary())
+        .arg("rollout")
+        .args(args)
+        .args(["--status-namespace", ns])
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .output()
+        .expect("ruleop runs");
+    (out.status.code(), text(&out.stdout))
+}
+
+fn revisions_line(ns: &str) -> String {
+    get(ns, "configmap/ruleop-status", "{.data.revisions}")
+}
+
+fn edit_service_template(files: &[(String, String)], edition: u32) -> Vec<(String, String)> {
+    files
+        .iter()
+        .map(|(path, text)| {
+            let text = if path == "database/service.yaml.j2" {
+                text.replace(
+                    "    app: {{ metadata.name }}\nspec:",
+                    &format!("    app: {{{{ metadata.name }}}}\n    edition: \"{edition}\"\nspec:"),
+                )
+            } else {
+                text.clone()
+            };
+            (path.clone(), text)
+        })
+        .collect()
+}
+
+#[test]
+fn every_revision_is_kept_named_in_the_status_and_numbered_on_after_a_restart() {
+    install_crds();
+    let ns = Namespace::new("revisions");
+    let rules = Mount::from_dir(&root().join("rules"));
+    let template_files = files_under(&root().join("templates"));
+    let mut templates = Mount::new(&template_files);
+    let operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    wait_until(
+        Duration::from_secs(30),
+        "revision 1 of database in ruleop-status",
+        || revisions_line(&ns.0).lines().any(|l| l == "database: 1"),
+    );
+    let first = kept_revisions(&ns.0, "database");
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert!(
+        first[0].1.contains(&"rules/database.yaml".to_owned())
+            && first[0].1.contains(&"templates/database/service.yaml.j2".to_owned()),
+        "the first revision names every file of the rule: {first:?}"
+    );
+
+    templates.swap(&edit_service_template(&template_files, 1));
+    wait_until(
+        Duration::from_secs(30),
+        "revision 2 of database in ruleop-status",
+        || revisions_line(&ns.0).lines().any(|l| l == "database: 2"),
+    );
+    assert_eq!(
+        kept_revisions(&ns.0, "database"),
+        [
+            first[0].clone(),
+            (2, vec!["templates/database/service.yaml.j2".to_owned()])
+        ],
+        "the second revision names only the edited template"
+    );
+    assert!(
+        revisions_line(&ns.0).lines().any(|l| l == "tenant: 1"),
+        "a rule whose files did not change keeps its revision: {}",
+        revisions_line(&ns.0)
+    );
+    drop(operator);
+
+    // A new process over the same files makes no revision; the next edit is 3, not 1, and with
+    // --keep-revisions 2 revision 1 is no longer kept.
+    let mut flags = RELOAD_FLAGS.to_vec();
+    flags.extend(["--keep-revisions", "2"]);
+    let _restarted = Operator::start_with(rules.path(), templates.path(), &ns.0, &flags);
+    templates.swap(&edit_service_template(&template_files, 2));
+    wait_until(
+        Duration::from_secs(30),
+        "revision 3 of database in ruleop-status",
+        || revisions_line(&ns.0).lines().any(|l| l == "database: 3"),
+    );
+    let numbers: Vec<u64> = kept_revisions(&ns.0, "database").iter().map(|(n, _)| *n).collect();
+    assert_eq!(numbers, [2, 3], "the last two revisions are kept");
+    let (code, history) = rollout_command(&ns.0, &["history", "database"]);
+    assert_eq!(code, Some(0), "{history}");
+    assert!(
+        history.contains("revision 3")
+            && history.contains("+    edition: \"2\"")
+            && history.contains("-    edition: \"1\""),
+        "the history shows revision 3's diff against revision 2:\n{history}"
+    );
+    let (code, status) = rollout_command(&ns.0, &["status", "database"]);
+    assert_eq!(code, Some(0), "{status}");
+    assert!(status.contains("rule database: revision 3"), "{status}");
+}
+
+/// What `ruleop-status` says of `rule`'s rollout.
+fn rollout_state(ns: &str, rule: &str) -> String {
+    get(ns, "configmap/ruleop-status", &format!("{{.data.rollout\\.{rule}}}"))
+}
+
+/// Services in `ns` with the label `edition=<edition>`, and without an `edition` label, from
+/// one list.
+fn services_by_edition(ns: &str, edition: u32) -> (usize, usize) {
+    let listed: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", "services", "-n", ns, "-o", "json"])).expect("JSON");
+    let editions: Vec<Option<String>> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|service| service["metadata"]["labels"]["edition"].as_str().map(str::to_owned))
+        .collect();
+    let new = editions
+        .iter()
+        .filter(|e| e.as_deref() == Some(&edition.to_string()))
+        .count();
+    (new, editions.iter().filter(|e| e.is_none()).count())
+}
+
+#[test]
+fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then_all() {
+    install_crds();
+    let ns = Namespace::new("rollout-steps");
+    let pause = Duration::from_secs(20);
+    let rule_files: Vec<(String, String)> = files_under(&root().join("rules"))
+        .into_iter()
+        .map(|(path, text)| {
+            let text = if path == "database.yaml" {
+                format!(
+                    "{text}  rollout:\n    steps:\n      - {{percent: 10, pause: {}s}}\n      - {{percent: 100}}\n",
+                    pause.as_secs()
+                )
+            } else {
+                text
+            };
+            (path, text)
+        })
+        .collect();
+    let rules = Mount::new(&rule_files);
+    let template_files = files_under(&root().join("templates"));
+    let mut templates = Mount::new(&template_files);
+    let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    let databases: Vec<String> = (0..20).map(|i| database(&format!("db-{i}"), 1, "")).collect();
+    apply_yaml(&ns.0, &databases.join("\n---\n"));
+    wait_until(Duration::from_secs(60), "20 Services", || {
+        services_by_edition(&ns.0, 1).1 == 20
+    });
+
+    let edited = Instant::now();
+    templates.swap(&edit_service_template(&template_files, 1));
+    wait_until(Duration::from_secs(30), "2 Services of the new template", || {
+        services_by_edition(&ns.0, 1).0 == 2
+    });
+    let first_two = edited.elapsed();
+    let mut polls = 0;
+    wait_until(pause + Duration::from_secs(30), "the first step's pause to end", || {
+        // The Services first: the step is recorded before any parent of the next step moves,
+        // so a state read afterwards that still says step 1 means they were read during it.
+        let (new, old) = services_by_edition(&ns.0, 1);
+        if rollout_state(&ns.0, "database").contains("step: 2 of 2") {
+            return true;
+        }
+        // Until the next step begins, by the API server's objects: 2 new and 18 old.
+        assert_eq!((new, old), (2, 18), "during the first step's pause");
+        polls += 1;
+        false
+    });
+    let step_two = edited.elapsed();
+    wait_until(Duration::from_secs(60), "all 20 Services of the new template", || {
+        services_by_edition(&ns.0, 1) == (20, 0)
+    });
+    let all = edited.elapsed();
+    eprintln!(
+        "edit -> 2 of 20 moved {first_two:?}; held 2 new / 18 old over {polls} polls; next step at {step_two:?}; all 20 at {all:?}"
+    );
+    assert!(step_two >= pause, "the next step began after the pause: {step_two:?}");
+    wait_until(Duration::from_secs(30), "the rollout to complete", || {
+        rollout_state(&ns.0, "database").contains("phase: Complete")
+    });
+}
+
+/// `(name -> resourceVersion, name -> data.edition)` of the ConfigMaps `*-cm` in `ns`.
+fn config_maps(ns: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let listed: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", "configmaps", "-n", ns, "-o", "json"])).expect("JSON");
+    let mut versions = BTreeMap::new();
+    let mut editions = BTreeMap::new();
+    for cm in listed["items"].as_array().expect("items") {
+        let name = cm["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        if !name.ends_with("-cm") {
+            continue;
+        }
+        versions.insert(
+            name.clone(),
+            cm["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        editions.insert(name, cm["data"]["edition"].as_str().unwrap_or_default().to_owned());
+    }
+    (versions, editions)
+}
+
+/// Rule `shop`: one ConfigMap per parent, ready while its `healthy` is `yes`, rolled out 10% then
+/// 100% with `pause`; `extra` is more of `spec.rollout` (indented four spaces).
+fn shop_rule(kind: &CustomKind, pause: Duration, extra: &str) -> Vec<(String, String)> {
+    let rule = format!(
+        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: shop\nspec:\n  watch:\n    apiVersion: {}\n    kind: Shop\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: shop/cm.yaml.j2\n      readyWhen: object.data.healthy == \"yes\"\n  rollout:\n    steps:\n      - {{percent: 10, pause: {}s}}\n      - {{percent: 100}}\n{extra}",
+        kind.api_version(),
+        pause.as_secs()
+    );
+    vec![("shop.yaml".to_owned(), rule)]
+}
+
+/// The shop ConfigMap's template, of `edition`, with `healthy`.
+fn shop_template(edition: u32, healthy: &str) -> Vec<(String, String)> {
+    vec![(
+        "shop/cm.yaml.j2".to_owned(),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{{{ metadata.name }}}}-cm\ndata:\n  edition: \"{edition}\"\n  healthy: \"{healthy}\"\n"
+        ),
+    )]
+}
+
+/// How many objects of `kind` in `ns` are Ready=True.
+fn ready_count(kind: &CustomKind, ns: &str) -> usize {
+    let listed: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
+    listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|shop| {
+            shop["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        })
+        .count()
+}
+
+/// Creates 20 Shops in `ns` and waits until they are Ready.
+fn twenty_ready_shops(kind: &CustomKind, ns: &str) {
+    for i in 0..20 {
+        kubectl_with_stdin(
+            &["apply", "-n", ns, "-f", "-"],
+            Some(&kind.object(&format!("shop-{i}"), "{}")),
+        );
+    }
+    wait_until(Duration::from_secs(60), "20 Shops Ready", || {
+        ready_count(kind, ns) == 20
+    });
+}
+
+#[test]
+fn with_on_failure_rollback_a_halted_rollout_moves_its_parents_back() {
+    let kind = CustomKind::new("rollout-back", "Shop");
+    kind.install();
+    let ns = Namespace::new("rollout-back");
+    let rules = Mount::new(&shop_rule(&kind, Duration::from_secs(15), "    onFailure: rollback\n"));
+    let mut templates = Mount::new(&shop_template(1, "yes"));
+    let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    twenty_ready_shops(&kind, &ns.0);
+    templates.swap(&shop_template(2, "no"));
+    wait_until(Duration::from_secs(30), "the rollout to be rolled back", || {
+        rollout_state(&ns.0, "shop").contains("phase: RolledBack")
+    });
+    wait_until(
+        Duration::from_secs(30),
+        "every ConfigMap back on the first template",
+        || config_maps(&ns.0).1.values().all(|edition| edition == "1"),
+    );
+    wait_until(Duration::from_secs(30), "20 Shops Ready again", || {
+        ready_count(&kind, &ns.0) == 20
+    });
+    kind.uninstall();
+}
+
+#[test]
+fn a_change_that_makes_moved_parents_unready_halts_the_rollout_and_the_others_are_never_written() {
+    let kind = CustomKind::new("rollout-halt", "Shop");
+    kind.install();
+    let ns = Namespace::new("rollout-halt");
+    let pause = Duration::from_secs(15);
+    let rules = Mount::new(&shop_rule(&kind, pause, ""));
+    let mut templates = Mount::new(&shop_template(1, "yes"));
+    let operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    twenty_ready_shops(&kind, &ns.0);
+    let (before, _) = config_maps(&ns.0);
+    assert_eq!(before.len(), 20);
+
+    let edited = Instant::now();
+    templates.swap(&shop_template(2, "no"));
+    wait_until(Duration::from_secs(30), "the rollout to halt", || {
+        rollout_state(&ns.0, "shop").contains("phase: Halted")
+    });
+    let halted = edited.elapsed();
+    let state = rollout_state(&ns.0, "shop");
+    assert!(state.contains("failed:\n") && state.contains("Ready False"), "{state}");
+    // Past the end of the first step's pause, the 18 unmoved ConfigMaps are still as they were.
+    wait_until(
+        pause + Duration::from_secs(30),
+        "the first step's pause to have ended",
+        || {
+            let (now, editions) = config_maps(&ns.0);
+            let moved: Vec<&String> = editions.iter().filter(|(_, e)| *e == "2").map(|(n, _)| n).collect();
+            assert_eq!(
+                moved.len(),
+                2,
+                "exactly the 2 moved parents have the new template: {editions:?}"
+            );
+            let rewritten: Vec<&String> = now
+                .iter()
+                .filter(|(name, version)| !moved.contains(name) && before.get(*name) != Some(*version))
+                .map(|(name, _)| name)
+                .collect();
+            assert!(rewritten.is_empty(), "unmoved ConfigMaps written: {rewritten:?}");
+            edited.elapsed() > pause + Duration::from_secs(2)
+        },
+    );
+    assert_eq!(
+        ready_count(&kind, &ns.0),
+        18,
+        "the 2 moved Shops are not Ready, the 18 others are"
+    );
+    assert_eq!(operator.metric("ruleop_rollout_halts_total", &[("rule", "shop")]), 1);
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns.0,
+        "--field-selector",
+        "reason=RolloutHalted",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(events.lines().count(), 1, "one RolloutHalted Event");
+    assert!(rollout_state(&ns.0, "shop").contains("phase: Halted"), "still halted");
+    let (code, status) = rollout_command(&ns.0, &["status", "shop"]);
+    assert_eq!(code, Some(1), "a halted rollout exits 1: {status}");
+    assert!(
+        status.contains("phase: Halted") && status.contains("Ready False"),
+        "{status}"
+    );
+    eprintln!("edit -> halted at the first step in {halted:?}:\n{state}");
+    kind.uninstall();
+}
