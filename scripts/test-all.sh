@@ -24,6 +24,9 @@ cargo run --quiet --locked -- test tests/ruletests
 step "container image (make image)"
 scripts/image.sh
 
+step "helm (pinned, built from the Go module proxy: scripts/helm.sh)"
+scripts/helm.sh --path
+
 step "control plane build"
 "$ctl" build
 
