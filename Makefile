@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test unit bench measure-memory measure-writes measure-unsharded check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin helm
+.PHONY: demo test unit bench measure-memory measure-writes measure-unsharded check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin helm chromium
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -38,6 +38,9 @@ control-plane:   ## build the control plane binary only
 deploy-config:   ## generate deploy/config (ConfigMaps, volumes) from rules/ and templates/ (then: kubectl apply -k deploy/), and the Helm chart's crds/ and files/
 	scripts/sync-deploy-config.sh
 	scripts/sync-helm-chart.sh
+
+chromium:        ## install Debian's chromium if missing (tests/console.rs loads the console in it, headless)
+	scripts/chromium.sh
 
 helm:            ## build the pinned Helm from the Go module proxy into target/tools/ (tests/helm.rs uses it)
 	scripts/helm.sh --path

@@ -27,6 +27,9 @@ scripts/image.sh
 step "helm (pinned, built from the Go module proxy: scripts/helm.sh)"
 scripts/helm.sh --path
 
+step "chromium (Debian's, for tests/console.rs: scripts/chromium.sh)"
+scripts/chromium.sh
+
 step "control plane build"
 "$ctl" build
 
