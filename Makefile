@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test unit bench measure-memory measure-writes measure-unsharded check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin
+.PHONY: demo test unit bench measure-memory measure-writes measure-unsharded check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin helm chromium
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -35,8 +35,15 @@ measure-unsharded: ## one replica, no shards, over tests/it/exclusive/sharding.r
 control-plane:   ## build the control plane binary only
 	tests/apiserver/ctl.sh build
 
-deploy-config:   ## generate deploy/config (ConfigMaps, volumes) from rules/ and templates/ (then: kubectl apply -k deploy/)
+deploy-config:   ## generate deploy/config (ConfigMaps, volumes) from rules/ and templates/ (then: kubectl apply -k deploy/), and the Helm chart's crds/ and files/
 	scripts/sync-deploy-config.sh
+	scripts/sync-helm-chart.sh
+
+chromium:        ## install Debian's chromium if missing (tests/it/ops/console.rs loads the console in it, headless)
+	scripts/chromium.sh
+
+helm:            ## build the pinned Helm from the Go module proxy into target/tools/ (tests/it/deploy/helm.rs uses it)
+	scripts/helm.sh --path
 
 rbac:            ## regenerate deploy/rbac/clusterrole.yaml from the rules
 	cargo run --quiet -- rbac > deploy/rbac/clusterrole.yaml

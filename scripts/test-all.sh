@@ -24,6 +24,12 @@ cargo run --quiet --locked -- test tests/ruletests
 step "container image (make image)"
 scripts/image.sh
 
+step "helm (pinned, built from the Go module proxy: scripts/helm.sh)"
+scripts/helm.sh --path
+
+step "chromium (Debian's, for tests/it/ops/console.rs: scripts/chromium.sh)"
+scripts/chromium.sh
+
 step "control plane build"
 "$ctl" build
 

@@ -244,6 +244,24 @@ pub enum Command {
         #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
         status_namespace: String,
     },
+    /// Serve a read-only web console: the rules with the last reload and the parents not Ready
+    /// (their messages name the template and line), a rule's parents filtered by namespace and
+    /// Ready and paged, and one parent's trace as a graph of its children with their states.
+    /// Every page has its JSON under /api/ (`ruleop status -o json`, `ruleop trace -o json`).
+    /// GET only; shows no Secret data. Not part of `ruleop run`: off unless this command runs.
+    ///
+    /// Permissions: those of `ruleop trace` and `ruleop status`.
+    Console {
+        #[command(flatten)]
+        sources: Sources,
+        /// Address to serve on (keep it on loopback, or put it behind your own authentication:
+        /// the console itself authenticates no one).
+        #[arg(long, env = "RULEOP_CONSOLE_ADDR", default_value = "127.0.0.1:8081")]
+        addr: std::net::SocketAddr,
+        /// Namespace of the `ruleop-status` ConfigMap and the Leases (ruleop's own namespace).
+        #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
+        status_namespace: String,
+    },
     #[command(hide = true)]
     Reference {
         /// Which page.

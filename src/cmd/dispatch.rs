@@ -79,6 +79,14 @@ pub fn main() -> ExitCode {
             };
             return ExitCode::from(crate::cmd::status::command(&sources, &options));
         }
+        Command::Console {
+            sources,
+            addr,
+            status_namespace,
+        } => {
+            let options = crate::cmd::console::Options { addr, status_namespace };
+            return ExitCode::from(crate::cmd::console::command(&sources, &options));
+        }
         Command::Rollout {
             show,
             rule,

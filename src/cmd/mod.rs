@@ -1,8 +1,9 @@
 //! The command line: argument types, the offline commands (`check`, `render`, `test`), the
-//! read-only live ones (`diff`, `trace`, `status`, `rollout`, sharing [`live`]), and the generated reference pages
-//! (`reference`).
+//! read-only live ones (`diff`, `trace`, `status`, `rollout`, `console`, sharing [`live`]), and the
+//! generated reference pages (`reference`).
 
 pub mod cli;
+pub(crate) mod console;
 pub(crate) mod diff;
 mod dispatch;
 pub(crate) mod live;

@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Api;
 use kube::api::ListParams;
+use kube::{Api, Client};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::cache::discovery::Kinds;
 use crate::cmd::cli::Sources;
 use crate::engine::diagnostic::bounded;
 use crate::engine::rules::RuleSet;
@@ -111,8 +112,18 @@ pub(crate) fn healthy(status: &Status) -> bool {
 }
 
 async fn read(set: &RuleSet, options: &Options) -> anyhow::Result<Status> {
-    let status_namespace = options.status_namespace.as_str();
     let (client, kinds) = crate::cmd::live::connect(set).await?;
+    read_with(&client, &kinds, set, options).await
+}
+
+/// The status as read with a connected client (the console shares it).
+pub(crate) async fn read_with(
+    client: &Client,
+    kinds: &Kinds,
+    set: &RuleSet,
+    options: &Options,
+) -> anyhow::Result<Status> {
+    let status_namespace = options.status_namespace.as_str();
     let mut status = Status::default();
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), status_namespace);
     let reload = config_maps
@@ -141,13 +152,27 @@ async fn read(set: &RuleSet, options: &Options) -> anyhow::Result<Status> {
             watches: format!("{} {}", watch.api_version, watch.kind),
             ..RuleStatus::default()
         };
-        match crate::cmd::live::list_parents(&client, &kinds, rule, options.namespace.as_deref(), None).await {
+        match crate::cmd::live::list_parents(client, kinds, rule, options.namespace.as_deref(), None).await {
             Ok(parents) => summarise(&mut summary, &parents),
             Err(e) => summary.error = Some(format!("{e:#}")),
         }
         status.rules.push(summary);
     }
     Ok(status)
+}
+
+/// A parent's `Ready` state (`True`, `False`, `Unknown`, or `None` while not set yet) and its
+/// condition.
+pub(crate) fn ready_condition(parent: &Value) -> (String, Option<&Value>) {
+    let ready = parent
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+    let state = ready
+        .and_then(|c| c["status"].as_str())
+        .map_or("None", |s| s)
+        .to_owned();
+    (state, ready)
 }
 
 /// Counts the parents by Ready and picks the failing and the behind ones.
@@ -160,11 +185,7 @@ fn summarise(summary: &mut RuleStatus, parents: &[Value]) {
             text(parent, "/metadata/namespace"),
             text(parent, "/metadata/name")
         );
-        let ready = parent
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
-        let state = ready.map_or("None".to_owned(), |c| text(c, "/status"));
+        let (state, ready) = ready_condition(parent);
         *summary.ready.entry(state.clone()).or_default() += 1;
         if state != "True" {
             failing.push(Parent {

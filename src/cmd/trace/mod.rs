@@ -133,7 +133,7 @@ fn show(trace: &Trace, output: TraceOutput, colour: bool) -> String {
 }
 
 /// The parent to trace, resolved once: the client, its rule and where it lives.
-struct Session<'a> {
+pub(crate) struct Session<'a> {
     client: Client,
     kinds: Kinds,
     set: &'a RuleSet,
@@ -156,13 +156,25 @@ impl<'a> Session<'a> {
         };
         let (client, kinds) = live::connect(set).await?;
         let rule = find_rule(set, &kinds, kind)?;
+        let namespace = options
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        Session::of(client, kinds, set, rule, &namespace, name)
+    }
+
+    /// The session for the parent `name` of `rule` on a connected client (`namespace` is
+    /// ignored for a cluster-scoped kind).
+    pub(crate) fn of(
+        client: Client,
+        kinds: Kinds,
+        set: &'a RuleSet,
+        rule: &'a Rule,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<Session<'a>> {
         let served = kinds.resolved(&rule.spec.watch.api_version, &rule.spec.watch.kind)?;
-        let namespace = served.namespaced.then(|| {
-            options
-                .namespace
-                .clone()
-                .unwrap_or_else(|| client.default_namespace().to_owned())
-        });
+        let namespace = served.namespaced.then(|| namespace.to_owned());
         Ok(Session {
             client,
             kinds,
@@ -174,7 +186,7 @@ impl<'a> Session<'a> {
     }
 
     /// Reads the cluster and builds the trace.
-    async fn trace(&self) -> anyhow::Result<Trace> {
+    pub(crate) async fn trace(&self) -> anyhow::Result<Trace> {
         let rule = self.rule;
         let watch = &rule.spec.watch;
         let api = live::api_for(
@@ -222,19 +234,24 @@ impl<'a> Session<'a> {
     /// The drift of every desired child that exists: none when the live object covers the
     /// rendering (the operator would send nothing), else what a dry-run apply would change.
     async fn drift(&self, plan: &plan::Plan, observed: &[Value], stripped: &[Value]) -> BTreeMap<ObjectRef, Drift> {
-        let checks = plan.children.iter().filter_map(|child| {
-            let index = observed
+        // A loop and boxed futures, not a closure returning them: the console's handlers must
+        // be Send, which the compiler cannot prove through such a closure's lifetimes.
+        let mut covered = BTreeMap::new();
+        let mut checks: Vec<futures::future::BoxFuture<'_, (ObjectRef, Drift)>> = Vec::new();
+        for child in &plan.children {
+            let Some(index) = observed
                 .iter()
-                .position(|o| ObjectRef::of(o).as_ref() == Some(&child.target))?;
+                .position(|o| ObjectRef::of(o).as_ref() == Some(&child.target))
+            else {
+                continue;
+            };
             let desired = with_desired_hash(child);
             if compare::covers(&stripped[index], &desired) {
-                return Some(futures::future::Either::Left(futures::future::ready((
-                    child.target.clone(),
-                    Drift::Covered,
-                ))));
+                covered.insert(child.target.clone(), Drift::Covered);
+                continue;
             }
             let live = &observed[index];
-            Some(futures::future::Either::Right(async move {
+            checks.push(Box::pin(async move {
                 let outcome = dry_run::compare(&self.client, &self.kinds, &child.target, &desired, Some(live)).await;
                 let drift = match outcome {
                     Ok(compared) => match compared.before {
@@ -246,12 +263,14 @@ impl<'a> Session<'a> {
                     Err(e) => Drift::Failed(e.to_string()),
                 };
                 (child.target.clone(), drift)
-            }))
-        });
-        futures::stream::iter(checks)
+            }));
+        }
+        let compared: BTreeMap<ObjectRef, Drift> = futures::stream::iter(checks)
             .buffer_unordered(CONCURRENCY)
             .collect()
-            .await
+            .await;
+        covered.extend(compared);
+        covered
     }
 
     /// The parent's Events (core v1, which also serves what events.k8s.io/v1 writes), by the
@@ -303,13 +322,20 @@ impl<'a> Session<'a> {
             };
             format!("existing {} objects {place}: {}{more}", watch.kind, names.join(", "))
         };
-        anyhow::anyhow!(
+        NotFound(format!(
             "{} {:?} not found {place}; {listing}",
             watch.kind,
             model::clean(&bounded(&self.name, 253))
-        )
+        ))
+        .into()
     }
 }
+
+/// The parent to trace does not exist (the console answers 404): what it says names the
+/// parents that do.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct NotFound(String);
 
 /// The rule watching `kind` (its kind, plural or singular, any case, optionally `.group`).
 fn find_rule<'a>(set: &'a RuleSet, kinds: &Kinds, kind: &str) -> anyhow::Result<&'a Rule> {

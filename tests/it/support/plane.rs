@@ -23,7 +23,6 @@ pub struct ControlPlane {
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
-static RESTARTABLE: OnceLock<ControlPlane> = OnceLock::new();
 static NODE: OnceLock<ControlPlane> = OnceLock::new();
 
 thread_local! {
@@ -50,14 +49,14 @@ pub fn control_plane() -> &'static ControlPlane {
 }
 
 /// Switches the calling test to a control plane of its own with a data directory, even when
-/// `KUBECONFIG` names a shared one, so it can stop and start it (an API server outage) without
-/// disturbing other tests. Call it before any other helper; one test at most uses it.
+/// `KUBECONFIG` names a shared one, so it can stop and start it (an API server outage), or install
+/// cluster-wide objects, without disturbing other tests. Call it before any other helper. Each
+/// call starts one, which runs until the tests end.
 pub fn restartable_control_plane() -> &'static ControlPlane {
-    let plane = RESTARTABLE.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("data dir");
-        let (child, stdin, kubeconfig) = start_apiserver(&["--data-dir", &dir.path().display().to_string()]);
-        ControlPlane::new(kubeconfig, Some((child, stdin)), Some(dir))
-    });
+    let dir = tempfile::tempdir().expect("data dir");
+    let (child, stdin, kubeconfig) = start_apiserver(&["--data-dir", &dir.path().display().to_string()]);
+    let plane: &'static ControlPlane =
+        Box::leak(Box::new(ControlPlane::new(kubeconfig, Some((child, stdin)), Some(dir))));
     SWITCHED.with(|switched| switched.set(Some(plane)));
     plane
 }

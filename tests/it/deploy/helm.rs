@@ -1,0 +1,275 @@
+//! deploy/helm/ruleop, the Helm chart beside kustomize: `helm lint` passes, `helm template` with
+//! the default values gives the objects `kubectl kustomize deploy/` gives, its generated copies
+//! are fresh, and `helm install` on a control plane of its own creates the objects and grants
+//! what deploy/ grants. Helm is the pinned one `scripts/helm.sh` builds from the Go module proxy.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output};
+
+use crate::support::mount::files_under;
+use crate::support::*;
+use serde_json::Value;
+
+const CHART: &str = "deploy/helm/ruleop";
+
+/// Runs the pinned helm (built on first use) in the project root.
+fn helm(args: &[&str]) -> Output {
+    Command::new(root().join("scripts/helm.sh"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("scripts/helm.sh runs")
+}
+
+fn helm_ok(args: &[&str]) -> String {
+    let out = helm(args);
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// `helm template` of the chart in namespace ruleop-system, CRDs included, with `extra` args.
+fn template(extra: &[&str]) -> BTreeMap<String, Value> {
+    let mut args = vec!["template", "ruleop", CHART, "-n", "ruleop-system", "--include-crds"];
+    args.extend_from_slice(extra);
+    objects(&helm_ok(&args))
+}
+
+/// `kubectl kustomize` of a directory (offline: no cluster is asked).
+fn kustomize(dir: &std::path::Path) -> BTreeMap<String, Value> {
+    let out = Command::new("kubectl")
+        .args(["kustomize", &dir.display().to_string()])
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "kubectl kustomize: {}", text(&out.stderr));
+    objects(&text(&out.stdout))
+}
+
+/// The objects of a multi-document YAML stream by `kind namespace/name`, parsed (so quoting,
+/// key order and comments do not count).
+fn objects(yaml: &str) -> BTreeMap<String, Value> {
+    let documents: Vec<Value> = serde_saphyr::from_multiple(yaml).expect("YAML");
+    documents
+        .into_iter()
+        .filter(|object| !object.is_null())
+        .map(|object| {
+            let meta = &object["metadata"];
+            let key = format!(
+                "{} {}/{}",
+                object["kind"].as_str().expect("kind"),
+                meta["namespace"].as_str().unwrap_or(""),
+                meta["name"].as_str().expect("name")
+            );
+            (key, object)
+        })
+        .collect()
+}
+
+/// Asserts both sets hold the same objects, naming the first that differs.
+fn assert_same_objects(helm: &BTreeMap<String, Value>, kustomize: &BTreeMap<String, Value>) {
+    let helm_keys: Vec<&String> = helm.keys().collect();
+    let kustomize_keys: Vec<&String> = kustomize.keys().collect();
+    assert_eq!(
+        helm_keys, kustomize_keys,
+        "helm template vs kubectl kustomize: the objects"
+    );
+    for (key, object) in helm {
+        // Map equality ignores key order.
+        assert!(
+            *object == kustomize[key],
+            "helm template vs kubectl kustomize: {key}\nhelm: {object:#}\nkustomize: {:#}",
+            kustomize[key]
+        );
+    }
+}
+
+#[test]
+fn helm_lint_passes() {
+    let out = helm_ok(&["lint", "--strict", CHART]);
+    assert!(out.contains("1 chart(s) linted, 0 chart(s) failed"), "{out}");
+}
+
+#[test]
+fn helm_template_with_default_values_gives_the_objects_of_kubectl_kustomize_deploy() {
+    let mut kustomized = kustomize(&root().join("deploy"));
+    // The one intended difference: Helm installs into a namespace it is given (`helm install -n
+    // ruleop-system --create-namespace`) and renders none.
+    assert!(kustomized.remove("Namespace /ruleop-system").is_some());
+    assert_same_objects(&template(&[]), &kustomized);
+}
+
+#[test]
+fn the_observability_value_adds_what_the_kustomize_component_adds() {
+    // kustomize takes only relative paths to other roots: an overlay two levels below the root.
+    let overlay = tempfile::tempdir_in(root().join("target")).expect("tempdir");
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../deploy]\ncomponents: [../../deploy/observability]\n",
+    )
+    .expect("write kustomization");
+    let mut kustomized = kustomize(overlay.path());
+    assert!(kustomized.contains_key("PrometheusRule ruleop-system/ruleop"));
+    assert!(kustomized.remove("Namespace /ruleop-system").is_some());
+    assert_same_objects(&template(&["--set", "observability.enabled=true"]), &kustomized);
+}
+
+#[test]
+fn values_change_the_image_replicas_shards_and_where_the_rules_come_from() {
+    let objects = template(&[
+        "--set",
+        "image.repository=registry.example/ruleop,image.tag=0.2.0,replicas=3,shards=4",
+        "--set",
+        "rules.existingConfigMap=team-rules,networkPolicy.enabled=false,podDisruptionBudget.enabled=false",
+        "--set-json",
+        r#"rules.existingTemplateConfigMaps={"database":"team-db","team/app":"team-app"}"#,
+    ]);
+    let deployment = &objects["Deployment ruleop-system/ruleop"];
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"][0]["image"], "registry.example/ruleop:0.2.0");
+    assert!(
+        pod["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .contains(&Value::from("--shards=4")),
+        "{}",
+        pod["containers"][0]["args"]
+    );
+    assert_eq!(
+        pod["volumes"],
+        serde_json::json!([
+            {"name": "rules", "configMap": {"name": "team-rules"}},
+            {"name": "templates-database", "configMap": {"name": "team-db"}},
+            {"name": "templates-team-app", "configMap": {"name": "team-app"}},
+        ])
+    );
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"][2]["mountPath"],
+        "/etc/ruleop/templates/team/app"
+    );
+    let configmaps: Vec<&String> = objects.keys().filter(|key| key.starts_with("ConfigMap ")).collect();
+    assert!(
+        configmaps.is_empty(),
+        "an existing ConfigMap is used, none made: {configmaps:?}"
+    );
+    for absent in [
+        "NetworkPolicy ruleop-system/ruleop",
+        "PodDisruptionBudget ruleop-system/ruleop",
+    ] {
+        assert!(!objects.contains_key(absent), "{absent}");
+    }
+}
+
+#[test]
+fn inline_rules_in_values_become_the_mounted_configmaps() {
+    let objects = template(&[
+        "--set-json",
+        r#"rules.files={"app.yaml":"kind: Rule\n"}"#,
+        "--set-json",
+        r#"rules.templates={"app":{"svc.yaml.j2":"kind: Service\n"}}"#,
+    ]);
+    assert_eq!(
+        objects["ConfigMap ruleop-system/ruleop-rules"]["data"],
+        serde_json::json!({"app.yaml": "kind: Rule\n"})
+    );
+    assert_eq!(
+        objects["ConfigMap ruleop-system/ruleop-templates-app"]["data"],
+        serde_json::json!({"svc.yaml.j2": "kind: Service\n"})
+    );
+    assert!(!objects.contains_key("ConfigMap ruleop-system/ruleop-templates-database"));
+    let pod = &objects["Deployment ruleop-system/ruleop"]["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"][1],
+        serde_json::json!({"name": "templates-app", "configMap": {"name": "ruleop-templates-app"}})
+    );
+}
+
+#[test]
+fn the_charts_generated_copies_are_fresh() {
+    let generated = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(root().join("scripts/sync-helm-chart.sh"))
+        .arg(generated.path())
+        .status()
+        .expect("sync-helm-chart.sh runs");
+    assert!(status.success(), "scripts/sync-helm-chart.sh failed");
+    for dir in ["crds", "files"] {
+        let mut fresh = files_under(&generated.path().join(dir));
+        let mut committed = files_under(&root().join(CHART).join(dir));
+        fresh.sort();
+        committed.sort();
+        assert_eq!(committed, fresh, "stale {CHART}/{dir}: run `make deploy-config`");
+    }
+}
+
+#[test]
+fn helm_install_creates_the_objects_and_helm_upgrade_rolls_a_changed_rule() {
+    // A control plane of its own: deploy.rs's `kubectl apply -k deploy/` owns the same
+    // cluster-scoped names on the shared one, and Helm refuses to adopt them.
+    let plane = restartable_control_plane();
+    let kubeconfig = plane.kubeconfig.display().to_string();
+    helm_ok(&[
+        "install",
+        "ruleop",
+        CHART,
+        "-n",
+        "ruleop-system",
+        "--create-namespace",
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    for (namespace, object) in [
+        ("", "crd/databases.myorg.io"),
+        ("", "clusterrole/ruleop"),
+        ("", "clusterrolebinding/ruleop-tenant-bind"),
+        ("ruleop-system", "deployment/ruleop"),
+        ("ruleop-system", "configmap/ruleop-rules"),
+        ("ruleop-system", "configmap/ruleop-templates-database"),
+        ("ruleop-system", "role/ruleop-leader-election"),
+        ("ruleop-system", "networkpolicy/ruleop"),
+        ("ruleop-system", "poddisruptionbudget/ruleop"),
+    ] {
+        assert!(exists(namespace, object), "{object} missing after helm install");
+    }
+    let can_i = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i", "--as=system:serviceaccount:ruleop-system:ruleop"];
+        all.extend_from_slice(args);
+        text(&kubectl(&all).stdout).trim() == "yes"
+    };
+    assert!(can_i(&["patch", "statefulsets.apps", "-n=shop"]));
+    assert!(!can_i(&["get", "secrets", "-n=shop"]));
+
+    // An edited template reaches the mounted ConfigMap through `helm upgrade`.
+    let edited = "# edited\nkind: Service\n";
+    helm_ok(&[
+        "upgrade",
+        "ruleop",
+        CHART,
+        "-n",
+        "ruleop-system",
+        "--kubeconfig",
+        &kubeconfig,
+        "--set-json",
+        r#"rules.files={"app.yaml":"kind: Rule\n"}"#,
+        "--set-json",
+        &format!(
+            r#"rules.templates={{"database":{{"service.yaml.j2":{}}}}}"#,
+            Value::from(edited)
+        ),
+    ]);
+    assert_eq!(
+        get(
+            "ruleop-system",
+            "configmap/ruleop-templates-database",
+            "{.data.service\\.yaml\\.j2}"
+        ),
+        edited
+    );
+    assert!(
+        !exists("ruleop-system", "configmap/ruleop-templates-cache"),
+        "a template directory dropped from the values is pruned"
+    );
+}

@@ -1,0 +1,267 @@
+//! `ruleop console` against the real control plane, loaded in a real browser (Debian's chromium,
+//! headless, installed by scripts/chromium.sh): the rules page with the failing parent's template
+//! line, a rule's parents filtered and paged, and a Database's trace as a graph of its children
+//! with their states, with no Secret data anywhere; the JSON API is the `trace -o json` model;
+//! anything but GET is refused, and `ruleop run` serves no console.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A running `ruleop console` with the shipped rules, stopped when dropped.
+struct Console {
+    child: Child,
+    url: String,
+}
+
+impl Console {
+    fn start() -> Self {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut child = Command::new(binary())
+            .args(["console", "--addr", &addr, "--rules"])
+            .arg(root().join("rules"))
+            .arg("--templates")
+            .arg(templates())
+            .env("KUBECONFIG", &control_plane().kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start ruleop console");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the console's first line");
+        assert!(line.starts_with("console: http://"), "{line:?}");
+        Console {
+            child,
+            url: format!("http://{addr}"),
+        }
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn chromium() -> PathBuf {
+    let out = Command::new(root().join("scripts/chromium.sh"))
+        .output()
+        .expect("scripts/chromium.sh runs");
+    assert!(out.status.success(), "scripts/chromium.sh: {}", text(&out.stderr));
+    PathBuf::from(text(&out.stdout).trim())
+}
+
+/// Headless chromium flags: as root it needs --no-sandbox; no GPU, no first-run UI.
+fn headless(profile: &Path) -> Vec<String> {
+    vec![
+        "--headless".to_owned(),
+        "--no-sandbox".to_owned(),
+        "--disable-gpu".to_owned(),
+        "--no-first-run".to_owned(),
+        format!("--user-data-dir={}", profile.display()),
+    ]
+}
+
+/// The DOM chromium builds from `url`, serialized (`--dump-dom`).
+fn dom(url: &str) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let out = Command::new(chromium())
+        .args(headless(profile.path()))
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .expect("chromium runs");
+    assert!(out.status.success(), "chromium --dump-dom {url}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// One raw HTTP/1.1 request; the status code and body.
+fn request(url: &str, method: &str, path: &str) -> (u16, String) {
+    let host = url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(host).expect("connect to the console");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+    )
+    .expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let code = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+#[test]
+fn a_database_tree_in_headless_chromium_shows_rules_parents_children_and_the_template_line() {
+    let ns = Namespace::new("console-db");
+    install_crds();
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, "  backup:\n    enabled: true\n"));
+    apply_yaml(&ns.0, &database("broken", 1, "    className: \"fast: ssd\"\n"));
+    wait_until(WAIT, "orders reconciled and broken failing", || {
+        get(&ns.0, "database/orders", "{.status.actions.backup.phase}") == "Done"
+            && get(
+                &ns.0,
+                "database/broken",
+                "{.status.conditions[?(@.type==\"Ready\")].reason}",
+            ) == "RenderFailed"
+    });
+    operator.idle_reconciles("database");
+    assert!(operator.stop(), "the operator exits cleanly");
+    let console = Console::start();
+
+    // Rules, with the failing parent's message naming the template line.
+    let home = dom(&format!("{}/", console.url));
+    assert!(home.contains(r#"data-rule="database""#), "{home}");
+    let failing = format!(r#"data-failing="{}/broken""#, ns.0);
+    assert!(home.contains(&failing), "{home}");
+    assert!(home.contains("database/statefulset.yaml.j2:55"), "{home}");
+
+    // Parents of the rule in the namespace, then only the not Ready ones.
+    let parents = dom(&format!("{}/rules/database?namespace={}", console.url, ns.0));
+    for name in ["orders", "broken"] {
+        assert!(
+            parents.contains(&format!(r#"data-parent="{}/{name}""#, ns.0)),
+            "{parents}"
+        );
+    }
+    assert!(parents.contains("2 parents, page 1 of 1"), "{parents}");
+
+    // The trace: the parent and its children as a graph, with their states.
+    let url = format!("{}/trace?rule=database&namespace={}&name=orders", console.url, ns.0);
+    let trace = dom(&url);
+    assert!(trace.contains(r#"data-node="parent""#), "{trace}");
+    for (child, state) in [("service", "ready"), ("statefulset", "ready"), ("backups", "ready")] {
+        let node = format!(r#"data-child="{child}" data-state="{state}""#);
+        assert!(trace.contains(&node), "{node} in {trace}");
+    }
+    assert!(trace.contains(r#"data-action="backup""#), "{trace}");
+    assert!(trace.contains(r#"data-condition="Ready""#), "{trace}");
+    assert!(
+        !trace.contains("test-password") && !home.contains("test-password") && !parents.contains("test-password"),
+        "no Secret data"
+    );
+
+    // The broken parent's page shows the plan error with its file and line.
+    let broken = dom(&format!(
+        "{}/trace?rule=database&namespace={}&name=broken",
+        console.url, ns.0
+    ));
+    assert!(broken.contains(r#"id="plan-error""#), "{broken}");
+    assert!(broken.contains("database/statefulset.yaml.j2:55"), "{broken}");
+
+    // The JSON under the page is the `ruleop trace -o json` model.
+    let (code, body) = request(
+        &console.url,
+        "GET",
+        &format!("/api/trace?rule=database&namespace={}&name=orders", ns.0),
+    );
+    assert_eq!(code, 200, "{body}");
+    let api: Value = serde_json::from_str(&body).expect("JSON");
+    let cli = ruleop_command(
+        &["trace", "database/orders", "-n", &ns.0, "-o", "json"],
+        &root().join("rules"),
+        &templates(),
+    );
+    let cli: Value = serde_json::from_slice(&cli.stdout).expect("trace -o json");
+    assert_eq!(api["children"], cli["children"]);
+    assert_eq!(api["parent"], cli["parent"]);
+
+    // A screenshot of the tree (the one in docs/operations/console.md was taken the same way).
+    let shot = root().join("target/console-database.png");
+    let profile = tempfile::tempdir().expect("profile dir");
+    let out = Command::new(chromium())
+        .args(headless(profile.path()))
+        .args(["--window-size=1100,900", "--hide-scrollbars"])
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url)
+        .output()
+        .expect("chromium runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let png = std::fs::read(&shot).expect("the screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+}
+
+#[test]
+fn parents_are_paged_and_filtered_by_ready() {
+    let ns = Namespace::new("console-pages");
+    install_crds();
+    // No operator: none of them has a Ready condition yet.
+    let many: Vec<String> = (0..55).map(|i| database(&format!("db-{i:02}"), 0, "")).collect();
+    apply_yaml(&ns.0, &many.join("\n---\n"));
+    let console = Console::start();
+    let page = |query: &str| {
+        let (code, body) = request(
+            &console.url,
+            "GET",
+            &format!("/api/rules/database/parents?namespace={}{query}", ns.0),
+        );
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str::<Value>(&body).expect("JSON")
+    };
+    let first = page("");
+    assert_eq!((first["total"].as_u64(), first["pages"].as_u64()), (Some(55), Some(2)));
+    assert_eq!(first["items"].as_array().map(Vec::len), Some(50));
+    assert_eq!(first["items"][0]["name"], "db-00");
+    let second = page("&page=2");
+    assert_eq!(second["items"].as_array().map(Vec::len), Some(5));
+    assert_eq!(second["items"][4]["name"], "db-54");
+    assert_eq!(page("&ready=None")["total"], 55);
+    assert_eq!(page("&ready=True")["total"], 0);
+
+    let html = dom(&format!("{}/rules/database?namespace={}&page=2", console.url, ns.0));
+    assert!(html.contains("55 parents, page 2 of 2"), "{html}");
+    assert!(
+        html.contains(r#"id="prev""#) && !html.contains(r#"id="next""#),
+        "{html}"
+    );
+}
+
+#[test]
+fn the_console_answers_get_only_and_ruleop_run_serves_none() {
+    let ns = Namespace::new("console-off");
+    install_crds();
+    let console = Console::start();
+    for method in ["POST", "PUT", "PATCH", "DELETE"] {
+        for path in ["/", "/api/trace?rule=database&namespace=x&name=y", "/rules/database"] {
+            let (code, _) = request(&console.url, method, path);
+            assert_eq!(code, 405, "{method} {path}");
+        }
+    }
+    let (code, body) = request(&console.url, "GET", "/api/rules/nothing/parents");
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("no rule"), "{body}");
+    let missing = format!("/api/trace?rule=database&namespace={}&name=nobody", ns.0);
+    let (code, body) = request(&console.url, "GET", &missing);
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("not found"), "{body}");
+
+    // The operator's admin server has no console: it is off unless `ruleop console` runs.
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    for path in [
+        "/",
+        "/api/status",
+        "/api/trace?rule=database&namespace=x&name=y",
+        "/trace",
+    ] {
+        let answer = operator.get_status(path);
+        assert_eq!(answer.map(|(code, _)| code), Some(404), "{path}");
+    }
+}
