@@ -6,5 +6,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-cargo test --locked --lib --test it offline::
+cargo test --locked --lib
+cargo test --locked --test it offline::
 cargo run --quiet --locked -- test tests/ruletests
