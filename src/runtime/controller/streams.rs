@@ -130,90 +130,17 @@ fn synced_signal(indexes: &[Arc<ChildIndex>]) -> tokio::sync::watch::Receiver<bo
 pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<RunningController, NotResolved> {
     let watched = (rule.spec.watch.api_version.clone(), rule.spec.watch.kind.clone());
     let parent_kind = kinds.resolved(&watched.0, &watched.1)?.clone();
-    let mut config = watcher::Config::default();
-    if let Some(selector) = &rule.spec.watch.label_selector {
-        config = config.labels(selector);
-    }
     let parent_writer = Writer::new(parent_kind.resource.clone());
     let parent_store = parent_writer.as_reader();
     let memory = ParentMemory::default();
-    let mut housekeeping = Housekeeping::new(memory.clone(), shared.observability.clone(), rule.name.clone());
     let triggers = Arc::new(Triggers::default());
-    let (gone, queued) = (triggers.clone(), triggers.clone());
     let bodies = Arc::new(ParentIndex::default());
-    let index = bodies.clone();
-    let (requested, previous, resource) = (triggers.clone(), parent_store.clone(), parent_kind.resource.clone());
-    let parents = shared
-        .watch_parents(rule, &parent_kind, config)
-        // The store keeps metadata; the parents themselves are kept as text.
-        .map(move |event| {
-            event.map(|mut event| {
-                // Before the store has it: the version it replaces is still there.
-                if let watcher::Event::Apply(parent) = &event {
-                    let before = previous.get(&ObjectRef::from_obj_with(parent, resource.clone()));
-                    if queue::reconcile_requested(before.as_deref(), parent) {
-                        requested.event(parent_key(parent), Trigger::Requested);
-                    }
-                }
-                index.take(&mut event);
-                event
-            })
-        })
-        .reflect(parent_writer)
-        // After the store has it: what we wrote is forgotten once the cache shows it.
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                housekeeping.observe(event);
-                if let watcher::Event::Delete(parent) = event {
-                    gone.forget(&parent_key(parent));
-                }
-            }
-        })
-        .applied_objects()
-        .inspect(move |parent| {
-            if let Ok(parent) = parent {
-                queued.event(parent_key(parent), Trigger::ParentEvent);
-            }
-        });
-    let mut controller = Controller::for_stream_with(parents, parent_store.clone(), parent_kind.resource.clone());
-    // Children and what actions created (status reads a run's object): both are cached.
-    let owned = rule.owned_kinds();
-    let mut children = Vec::new();
-    for (api_version, kind) in &owned {
-        let served = kinds.resolved(api_version, kind)?;
-        let index = Arc::new(ChildIndex::default());
-        children.push((served.resource.clone(), index.clone()));
-        let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
-        let (queued, parent_resource) = (triggers.clone(), parent_kind.resource.clone());
-        // Label-owned children live outside the parent's namespace: watch them cluster-wide and
-        // map them to their parent by annotation, as they carry no ownerReference.
-        let by_label = rule.may_own_by_label();
-        let api = if by_label {
-            Api::all_with(shared.client.clone(), &served.resource)
-        } else {
-            shared.api(served)
-        };
-        let stream = shared
-            .watch_in(api, rule, served, ours)
-            .inspect(move |event| {
-                if let Ok(event) = event {
-                    index.apply(event);
-                }
-            })
-            .touched_objects()
-            .inspect(move |child| {
-                if let Some(parent) = child.as_ref().ok().and_then(|c| parent_of(c, &parent_resource)) {
-                    let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
-                    queued.event(key, Trigger::ChildEvent);
-                }
-            });
-        controller = if by_label {
-            let parent_resource = parent_kind.resource.clone();
-            let mapper = move |child: DynamicObject| parent_of(&child, &parent_resource);
-            controller.watches_stream_with(stream, mapper, served.resource.clone())
-        } else {
-            controller.owns_stream_with(stream, served.resource.clone())
-        };
+    let parents = parent_events(&shared, rule, &parent_kind, parent_writer, &triggers, &bodies, &memory);
+    let controller = Controller::for_stream_with(parents, parent_store.clone(), parent_kind.resource.clone());
+    let (mut controller, children) = watch_children(controller, &shared, rule, kinds, &parent_kind, &triggers)?;
+    if shared.writers.is_sharded() {
+        let taken = parents_of_taken_shards(&shared.writers, parent_store.clone(), parent_kind.resource.clone());
+        controller = queue_on(controller, &triggers, Trigger::ShardTaken, taken);
     }
     // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
     // Each is scoped as far as the rule allows: to the one namespace its lookups name, and to
@@ -230,34 +157,19 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         }
         shared.watch_in(api, rule, served, config).boxed()
     };
-    if shared.writers.is_sharded() {
-        let queued = triggers.clone();
-        controller = controller.reconcile_on(
-            parents_of_taken_shards(&shared.writers, parent_store.clone(), parent_kind.resource.clone()).inspect(
-                move |parent| {
-                    let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
-                    queued.event(key, Trigger::ShardTaken);
-                },
-            ),
-        );
-    }
     let (lookups, lookup_changes) =
         lookups::start(rule, kinds, &parent_kind.resource, parent_store.clone(), watch_lookups)?;
     if !rule.spec.lookups.is_empty() {
-        let queued = triggers.clone();
-        controller = controller.reconcile_on(lookup_changes.inspect(move |parent| {
-            let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
-            queued.event(key, Trigger::LookupEvent);
-        }));
+        controller = queue_on(controller, &triggers, Trigger::LookupEvent, lookup_changes);
     }
     // A finished `http` delivery queues its parent, whose reconcile records the outcome.
     let (delivered, delivered_rx) = mpsc::unbounded();
     let deliveries = Arc::new(Deliveries::new(delivered));
-    let (queued, resource) = (triggers.clone(), parent_kind.resource.clone());
-    controller = controller.reconcile_on(delivered_rx.map(move |(namespace, name): (String, String)| {
-        queued.event(queue::key(&namespace, &name), Trigger::Delivered);
+    let resource = parent_kind.resource.clone();
+    let delivered_parents = delivered_rx.map(move |(namespace, name): (String, String)| {
         ObjectRef::new_with(&name, resource.clone()).within(&namespace)
-    }));
+    });
+    controller = queue_on(controller, &triggers, Trigger::Delivered, delivered_parents);
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
     let (queued, reloaded) = (triggers.clone(), parent_store.clone());
     let reconcile_all_rx = reconcile_all_rx.inspect(move |()| {
@@ -295,15 +207,159 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         .observability
         .metrics
         .sample(&rule.name, Arc::downgrade(&sampled));
-    let name = rule.name.clone();
-    let task = tokio::spawn(async move {
+    let task = spawn_controller(controller, reconcile_all_rx, stop_rx, context, rule.name.clone());
+    info!(rule = %rule.name, watch = %format!("{} {}", watched.0, watched.1), "controller started");
+    Ok(RunningController {
+        watched,
+        owned: rule.owned_kinds(),
+        looked_up: rule.lookup_kinds(),
+        digest: rule.digest.clone(),
+        reconcile_all,
+        workers,
+        stop,
+        task,
+    })
+}
+
+/// The parents of `rule` as the controller reads them: watched (by the rule's label selector),
+/// kept as text in `bodies` and as metadata in the store of `writer`, each event queued with its
+/// trigger (`requested` for the reconcile annotation, else `parent_event`), and what ruleop wrote
+/// forgotten by `memory` once the cache shows it.
+fn parent_events(
+    shared: &Arc<Shared>,
+    rule: &Rule,
+    parent_kind: &ServedKind,
+    writer: Writer<DynamicObject>,
+    triggers: &Arc<Triggers>,
+    bodies: &Arc<ParentIndex>,
+    memory: &ParentMemory,
+) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
+    let mut config = watcher::Config::default();
+    if let Some(selector) = &rule.spec.watch.label_selector {
+        config = config.labels(selector);
+    }
+    let mut housekeeping = Housekeeping::new(memory.clone(), shared.observability.clone(), rule.name.clone());
+    let (requested, gone, queued) = (triggers.clone(), triggers.clone(), triggers.clone());
+    let (index, previous, resource) = (bodies.clone(), writer.as_reader(), parent_kind.resource.clone());
+    shared
+        .watch_parents(rule, parent_kind, config)
+        // The store keeps metadata; the parents themselves are kept as text.
+        .map(move |event| {
+            event.map(|mut event| {
+                // Before the store has it: the version it replaces is still there.
+                if let watcher::Event::Apply(parent) = &event {
+                    let before = previous.get(&ObjectRef::from_obj_with(parent, resource.clone()));
+                    if queue::reconcile_requested(before.as_deref(), parent) {
+                        requested.event(parent_key(parent), Trigger::Requested);
+                    }
+                }
+                index.take(&mut event);
+                event
+            })
+        })
+        .reflect(writer)
+        // After the store has it: what we wrote is forgotten once the cache shows it.
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                housekeeping.observe(event);
+                if let watcher::Event::Delete(parent) = event {
+                    gone.forget(&parent_key(parent));
+                }
+            }
+        })
+        .applied_objects()
+        .inspect(move |parent| {
+            if let Ok(parent) = parent {
+                queued.event(parent_key(parent), Trigger::ParentEvent);
+            }
+        })
+}
+
+/// Each owned kind's resource and its cache of the rule's children.
+type ChildCaches = Vec<(ApiResource, Arc<ChildIndex>)>;
+
+/// What a rule's children (and what its actions created) look like: one cache per owned kind,
+/// each event queuing the parent it belongs to (`child_event`), by ownerReference or, for
+/// children outside the parent's namespace, by the parent annotation.
+fn watch_children(
+    mut controller: Controller<DynamicObject>,
+    shared: &Arc<Shared>,
+    rule: &Rule,
+    kinds: &Kinds,
+    parent_kind: &ServedKind,
+    triggers: &Arc<Triggers>,
+) -> Result<(Controller<DynamicObject>, ChildCaches), NotResolved> {
+    let mut children = Vec::new();
+    for (api_version, kind) in &rule.owned_kinds() {
+        let served = kinds.resolved(api_version, kind)?;
+        let index = Arc::new(ChildIndex::default());
+        children.push((served.resource.clone(), index.clone()));
+        let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
+        let (queued, parent_resource) = (triggers.clone(), parent_kind.resource.clone());
+        // Label-owned children live outside the parent's namespace: watch them cluster-wide and
+        // map them to their parent by annotation, as they carry no ownerReference.
+        let by_label = rule.may_own_by_label();
+        let api = if by_label {
+            Api::all_with(shared.client.clone(), &served.resource)
+        } else {
+            shared.api(served)
+        };
+        let stream = shared
+            .watch_in(api, rule, served, ours)
+            .inspect(move |event| {
+                if let Ok(event) = event {
+                    index.apply(event);
+                }
+            })
+            .touched_objects()
+            .inspect(move |child| {
+                if let Some(parent) = child.as_ref().ok().and_then(|c| parent_of(c, &parent_resource)) {
+                    let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+                    queued.event(key, Trigger::ChildEvent);
+                }
+            });
+        controller = if by_label {
+            let parent_resource = parent_kind.resource.clone();
+            let mapper = move |child: DynamicObject| parent_of(&child, &parent_resource);
+            controller.watches_stream_with(stream, mapper, served.resource.clone())
+        } else {
+            controller.owns_stream_with(stream, served.resource.clone())
+        };
+    }
+    Ok((controller, children))
+}
+
+/// Also reconciles the parents `parents` names, each queued with `trigger` (what a reconcile
+/// reports as the reason it ran).
+fn queue_on(
+    controller: Controller<DynamicObject>,
+    triggers: &Arc<Triggers>,
+    trigger: Trigger,
+    parents: impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static,
+) -> Controller<DynamicObject> {
+    let queued = triggers.clone();
+    controller.reconcile_on(parents.inspect(move |parent| {
+        let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
+        queued.event(key, trigger);
+    }))
+}
+
+/// Runs `controller` in a task until `stop` fires: every reconcile waits for one of the rule's
+/// workers, in turn (see `workers::Workers` for why not kube-runtime's own limit), up to
+/// `HELD_RECONCILES` held at once; `reconcile_all` re-queues every parent (a reload).
+fn spawn_controller(
+    controller: Controller<DynamicObject>,
+    reconcile_all: impl futures::Stream<Item = ()> + Send + 'static,
+    stop: oneshot::Receiver<()>,
+    context: Arc<RuleContext>,
+    name: String,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         controller
-            // Every reconcile waits for one of the rule's workers, in turn (see `workers::Workers`
-            // for why not kube-runtime's own limit), up to `HELD_RECONCILES` held at once.
             .with_config(Config::default().concurrency(queue::HELD_RECONCILES))
-            .reconcile_all_on(reconcile_all_rx)
+            .reconcile_all_on(reconcile_all)
             .graceful_shutdown_on(async move {
-                let _ = stop_rx.await;
+                let _ = stop.await;
             })
             .run(reconcile, error_policy, context)
             .for_each(|result| async move {
@@ -313,17 +369,6 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
             })
             .await;
         info!(rule = %name, "controller stopped");
-    });
-    info!(rule = %rule.name, watch = %format!("{} {}", watched.0, watched.1), "controller started");
-    Ok(RunningController {
-        watched,
-        owned,
-        looked_up: rule.lookup_kinds(),
-        digest: rule.digest.clone(),
-        reconcile_all,
-        workers,
-        stop,
-        task,
     })
 }
 
