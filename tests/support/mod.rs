@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod audit;
+pub mod console;
 pub mod custom;
 pub mod exposition;
 pub mod fleet;
