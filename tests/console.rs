@@ -35,7 +35,7 @@ fn a_database_tree_in_headless_chromium_shows_rules_parents_children_and_the_tem
     let console = Console::start();
 
     // Rules, with the failing parent's message naming the template line.
-    let home = dom(&format!("{}/", console.url));
+    let home = dom(&format!("{}/?namespace={}", console.url, ns.0));
     assert!(home.contains(r#"data-rule="database""#), "{home}");
     let failing = format!(r#"data-failing="{}/broken""#, ns.0);
     assert!(home.contains(&failing), "{home}");
