@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test unit bench measure-memory measure-writes measure-unsharded check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin helm chromium
+.PHONY: demo test unit bench measure-memory measure-writes measure-unsharded measure-console check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin helm chromium
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -9,6 +9,9 @@ test:            ## fmt, clippy, unit + snapshot + integration tests against the
 
 unit:            ## the tests that need no control plane (lib, fixtures, CLI, RuleTest, ...): the fast loop
 	scripts/unit.sh
+
+measure-console: ## the web console's page times at CONSOLE_N (default 1000) parents (a measurement; docs/operations/console.md)
+	cargo bench --locked --bench console
 
 check:           ## validate the shipped rules
 	cargo run --quiet -- check --rules rules --templates templates

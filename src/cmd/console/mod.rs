@@ -149,6 +149,12 @@ pub(crate) struct ParentRow {
     pub since: String,
 }
 
+/// The filter of the rules page: count and name only the parents of one namespace.
+#[derive(Debug, Default, Deserialize)]
+struct StatusQuery {
+    namespace: Option<String>,
+}
+
 /// The filters of a parent list.
 #[derive(Debug, Default, Deserialize)]
 struct ParentsQuery {
@@ -183,10 +189,10 @@ impl Failure {
 }
 
 impl Console {
-    async fn status(&self) -> Result<Status, Failure> {
+    async fn status(&self, query: &StatusQuery) -> Result<Status, Failure> {
         let options = status::Options {
             status_namespace: self.status_namespace.clone(),
-            namespace: None,
+            namespace: query.namespace.clone().filter(|n| !n.is_empty()),
             json: true,
         };
         status::read_with(&self.client, &self.kinds, &self.set, &options)
@@ -297,8 +303,8 @@ fn html(result: Result<String, Failure>) -> Response {
     }
 }
 
-async fn api_status(State(console): State<Arc<Console>>) -> Response {
-    json(console.status().await)
+async fn api_status(State(console): State<Arc<Console>>, Query(query): Query<StatusQuery>) -> Response {
+    json(console.status(&query).await)
 }
 
 async fn api_parents(
@@ -313,8 +319,9 @@ async fn api_trace(State(console): State<Arc<Console>>, Query(query): Query<Trac
     json(console.trace(&query).await)
 }
 
-async fn home(State(console): State<Arc<Console>>) -> Response {
-    html(console.status().await.and_then(|s| pages::home(&s)))
+async fn home(State(console): State<Arc<Console>>, Query(query): Query<StatusQuery>) -> Response {
+    let namespace = query.namespace.clone().unwrap_or_default();
+    html(console.status(&query).await.and_then(|s| pages::home(&s, &namespace)))
 }
 
 async fn parents_page(

@@ -35,11 +35,11 @@ fn render(name: &str, ctx: minijinja::Value) -> Result<String, Failure> {
         .map_err(|e| Failure(StatusCode::INTERNAL_SERVER_ERROR, format!("rendering {name}: {e:#}")))
 }
 
-/// Rules, the last reload and the failing parents.
-pub(crate) fn home(status: &Status) -> Result<String, Failure> {
+/// Rules, the last reload and the failing parents (of `namespace`, when not empty).
+pub(crate) fn home(status: &Status, namespace: &str) -> Result<String, Failure> {
     render(
         "home.html",
-        context! { status => minijinja::Value::from(minijinja::value::Serde(status)) },
+        context! { status => minijinja::Value::from(minijinja::value::Serde(status)), namespace },
     )
 }
 
@@ -97,7 +97,7 @@ mod tests {
             html.contains(r#"id="next" href="&#x2f;rules&#x2f;database?namespace=&amp;ready=&amp;page=2""#),
             "{html}"
         );
-        let home = home(&Status::default()).expect("renders");
+        let home = home(&Status::default(), "").expect("renders");
         assert!(home.contains("<h1>"), "{home}");
         assert!(error(StatusCode::NOT_FOUND, "no rule <x>").contains("no rule &lt;x&gt;"));
     }

@@ -4,109 +4,14 @@
 //! with their states, with no Secret data anywhere; the JSON API is the `trace -o json` model;
 //! anything but GET is refused, and `ruleop run` serves no console.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use crate::support::console::{Console, chromium, dom, headless, request};
 use crate::support::*;
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// A running `ruleop console` with the shipped rules, stopped when dropped.
-struct Console {
-    child: Child,
-    url: String,
-}
-
-impl Console {
-    fn start() -> Self {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let mut child = Command::new(binary())
-            .args(["console", "--addr", &addr, "--rules"])
-            .arg(root().join("rules"))
-            .arg("--templates")
-            .arg(templates())
-            .env("KUBECONFIG", &control_plane().kubeconfig)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start ruleop console");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("the console's first line");
-        assert!(line.starts_with("console: http://"), "{line:?}");
-        Console {
-            child,
-            url: format!("http://{addr}"),
-        }
-    }
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn chromium() -> PathBuf {
-    let out = Command::new(root().join("scripts/chromium.sh"))
-        .output()
-        .expect("scripts/chromium.sh runs");
-    assert!(out.status.success(), "scripts/chromium.sh: {}", text(&out.stderr));
-    PathBuf::from(text(&out.stdout).trim())
-}
-
-/// Headless chromium flags: as root it needs --no-sandbox; no GPU, no first-run UI.
-fn headless(profile: &Path) -> Vec<String> {
-    vec![
-        "--headless".to_owned(),
-        "--no-sandbox".to_owned(),
-        "--disable-gpu".to_owned(),
-        "--no-first-run".to_owned(),
-        format!("--user-data-dir={}", profile.display()),
-    ]
-}
-
-/// The DOM chromium builds from `url`, serialized (`--dump-dom`).
-fn dom(url: &str) -> String {
-    let profile = tempfile::tempdir().expect("profile dir");
-    let out = Command::new(chromium())
-        .args(headless(profile.path()))
-        .arg("--dump-dom")
-        .arg(url)
-        .output()
-        .expect("chromium runs");
-    assert!(out.status.success(), "chromium --dump-dom {url}: {}", text(&out.stderr));
-    text(&out.stdout)
-}
-
-/// One raw HTTP/1.1 request; the status code and body.
-fn request(url: &str, method: &str, path: &str) -> (u16, String) {
-    let host = url.trim_start_matches("http://");
-    let mut stream = TcpStream::connect(host).expect("connect to the console");
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
-    )
-    .expect("send");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read");
-    let code = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (code, body)
-}
 
 #[test]
 fn a_database_tree_in_headless_chromium_shows_rules_parents_children_and_the_template_line() {
@@ -128,7 +33,7 @@ fn a_database_tree_in_headless_chromium_shows_rules_parents_children_and_the_tem
     let console = Console::start();
 
     // Rules, with the failing parent's message naming the template line.
-    let home = dom(&format!("{}/", console.url));
+    let home = dom(&format!("{}/?namespace={}", console.url, ns.0));
     assert!(home.contains(r#"data-rule="database""#), "{home}");
     let failing = format!(r#"data-failing="{}/broken""#, ns.0);
     assert!(home.contains(&failing), "{home}");

@@ -6,6 +6,7 @@
 //! its own namespace and, when it needs one, its own `ruleop run` child process.
 
 pub mod audit;
+pub mod console;
 pub mod custom;
 pub mod exposition;
 pub mod fleet;
