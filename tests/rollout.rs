@@ -8,6 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use support::audit::AuditMark;
 use support::custom::CustomKind;
 use support::mount::{Mount, files_under};
 use support::*;
@@ -269,7 +270,7 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
     install_crds();
     let ns = Namespace::new("rollout-steps");
     let pause = Duration::from_secs(20);
-    let rules = Mount::new(&staged_database_rules(pause));
+    let mut rules = Mount::new(&staged_database_rules(pause));
     let template_files = files_under(&root().join("templates"));
     let mut templates = Mount::new(&template_files);
     let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
@@ -279,6 +280,7 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
         services_by_edition(&ns.0, 1).1 == 20
     });
 
+    let mark = AuditMark::now();
     let edited = Instant::now();
     templates.swap(&edit_service_template(&template_files, 1));
     wait_until(Duration::from_secs(30), "2 Services of the new template", || {
@@ -310,7 +312,45 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
     wait_until(Duration::from_secs(30), "the rollout to complete", || {
         rollout_state(&ns.0, "database").contains("phase: Complete")
     });
+    let service_writes = |mark: &AuditMark| mark.ruleop_writes(&ns.0, &["services"]).len();
+    wait_until(
+        Duration::from_secs(10),
+        "the audit log to show the staged writes",
+        || service_writes(&mark) >= 20,
+    );
+    let staged = mark.ruleop_writes(&ns.0, PARENT_AND_CHILDREN).len();
+
+    // The same edit unstaged: the shipped rules (no rollout), then the next edition.
+    rules.swap(&files_under(&root().join("rules")));
+    wait_until(Duration::from_secs(30), "the rules without rollout in force", || {
+        revisions_line(&ns.0).lines().any(|l| l == "database: 3")
+    });
+    let unstaged_mark = AuditMark::now();
+    templates.swap(&edit_service_template(&template_files, 2));
+    wait_until(Duration::from_secs(30), "all 20 Services of the next template", || {
+        services_by_edition(&ns.0, 2).0 == 20
+    });
+    wait_until(
+        Duration::from_secs(10),
+        "the audit log to show the unstaged writes",
+        || service_writes(&unstaged_mark) >= 20,
+    );
+    let unstaged = unstaged_mark.ruleop_writes(&ns.0, PARENT_AND_CHILDREN).len();
+    eprintln!("writes to the parents and their children: staged rollout {staged}, unstaged reload {unstaged}");
+    assert_eq!(
+        staged, unstaged,
+        "a staged rollout writes what an unstaged reload writes"
+    );
 }
+
+/// The kinds a Database and its children are, for counting writes.
+const PARENT_AND_CHILDREN: &[&str] = &[
+    "databases",
+    "services",
+    "statefulsets",
+    "persistentvolumeclaims",
+    "jobs",
+];
 
 /// `(name -> resourceVersion, name -> data.edition)` of the ConfigMaps `*-cm` in `ns`.
 fn config_maps(ns: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
