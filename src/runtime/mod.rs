@@ -8,6 +8,7 @@ pub(crate) mod reload;
 pub(crate) mod revisions;
 pub(crate) mod rollout;
 pub(crate) mod rollout_report;
+pub(crate) mod rollout_resume;
 pub(crate) mod run;
 pub(crate) mod shutdown;
 pub(crate) mod supervisor;

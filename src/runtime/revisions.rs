@@ -113,6 +113,23 @@ impl RevisionStore {
         lines.join("\n")
     }
 
+    /// The kept record of revision `number` of `rule`, with its files.
+    pub(crate) async fn read_record(&self, rule: &str, number: u64) -> Result<Record, String> {
+        let config_map = self
+            .api
+            .get(&config_map_name(rule, number))
+            .await
+            .map_err(|e| e.to_string())?;
+        let record = Record::from_data(&config_map.data.unwrap_or_default()).map_err(|e| e.to_string())?;
+        if record.rule != rule || record.revision.number != number {
+            return Err(format!(
+                "it holds revision {} of rule {:?}",
+                record.revision.number, record.rule
+            ));
+        }
+        Ok(record)
+    }
+
     /// Every readable revision record in the namespace, by rule and number. A record that does
     /// not read back (edited, cut short) is logged and left out.
     async fn read_back(&self) -> Result<BTreeMap<String, BTreeMap<u64, Revision>>, kube::Error> {

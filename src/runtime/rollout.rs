@@ -129,6 +129,34 @@ impl Staging {
         }
     }
 
+    /// The rollout a recorded state describes ([`recorded`]), going on from `previous` at its
+    /// step, with the step's time counted from when it began.
+    pub(crate) fn resumed(
+        previous: Arc<RuleSet>,
+        rollout: Rollout,
+        mut state: RolloutState,
+        started_at: jiff::Timestamp,
+    ) -> Self {
+        state.step = state.step.min(rollout.steps.len().saturating_sub(1));
+        let elapsed = jiff::Timestamp::now()
+            .duration_since(started_at)
+            .unsigned_abs()
+            .min(std::time::Duration::from_secs(365 * 24 * 3600));
+        let step_started = Instant::now().checked_sub(elapsed).unwrap_or_else(Instant::now);
+        Staging {
+            previous,
+            rollout,
+            progress: Mutex::new(Progress {
+                published: state.clone(),
+                state,
+                step_started,
+                step_started_at: started_at,
+                baseline: BTreeMap::new(),
+                failed: BTreeMap::new(),
+            }),
+        }
+    }
+
     fn progress(&self) -> MutexGuard<'_, Progress> {
         self.progress.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -292,6 +320,34 @@ pub(crate) fn stage(
     changed
 }
 
+/// The state and step start a recorded text (what [`Staging::describe`] wrote) gives; `None`
+/// when it is not such a text, or says the rollout is over.
+pub(crate) fn recorded(text: &str) -> Option<(RolloutState, jiff::Timestamp)> {
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(key)?.strip_prefix(": "))
+            .map(str::trim)
+    };
+    let phase = match field("phase")? {
+        "Progressing" => Phase::Progressing,
+        "Halted" => Phase::Halted,
+        "RolledBack" => Phase::RolledBack,
+        _ => return None,
+    };
+    let state = RolloutState {
+        from: field("from")?.parse().ok()?,
+        to: field("to")?.parse().ok()?,
+        step: field("step")?
+            .split_whitespace()
+            .next()?
+            .parse::<usize>()
+            .ok()?
+            .checked_sub(1)?,
+        phase,
+    };
+    Some((state, field("stepStartedAt")?.parse().ok()?))
+}
+
 /// `(status, reason, message)` of the parent's condition of `type_` (`Unknown` when absent).
 fn condition(parent: &Value, type_: &str) -> (String, String, String) {
     let found = parent
@@ -360,6 +416,26 @@ mod tests {
             staging.describe()
         );
         assert_eq!(staging.next_due(), None, "a halted rollout takes no further step");
+    }
+
+    #[test]
+    fn a_recorded_state_resumes_at_its_step_and_garbage_resumes_nothing() {
+        let running = staging(0, OnFailure::Halt);
+        running.advance(Instant::now() + Duration::from_secs(61));
+        let text = running.describe();
+        let (state, started_at) = recorded(&text).expect("a state");
+        assert_eq!(state, running.state());
+        let resumed = Staging::resumed(running.previous.clone(), running.rollout.clone(), state, started_at);
+        assert_eq!(resumed.describe(), text);
+        for garbage in [
+            "",
+            "from: x",
+            "phase: Complete\nfrom: 1\nto: 2\nstep: 1 of 2\nstepStartedAt: 2026-01-01T00:00:00Z",
+            "from: 1\nto: 2\nstep: 0 of 2\nphase: Halted\nstepStartedAt: 2026-01-01T00:00:00Z",
+            "from: 1\nto: 2\nstep: 1 of 2\nphase: Halted\nstepStartedAt: yesterday",
+        ] {
+            assert!(recorded(garbage).is_none(), "{garbage:?}");
+        }
     }
 
     #[test]

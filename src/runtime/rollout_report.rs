@@ -31,6 +31,24 @@ impl RolloutReport {
         }
     }
 
+    /// The states recorded before this process (rule -> text), which later writes keep sending.
+    pub(crate) async fn read_back(&mut self) -> BTreeMap<String, String> {
+        match self.api.get_opt(STATUS_CONFIGMAP).await {
+            Ok(existing) => {
+                let data = existing.and_then(|cm| cm.data).unwrap_or_default();
+                self.said = data
+                    .into_iter()
+                    .filter_map(|(key, text)| key.strip_prefix("rollout.").map(|rule| (rule.to_owned(), text)))
+                    .collect();
+                self.said.clone()
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot read the rollouts' state back from {STATUS_CONFIGMAP}");
+                BTreeMap::new()
+            }
+        }
+    }
+
     /// Records `text` as the state of `rule`'s rollout. A failure is logged; the rollout goes on.
     pub(crate) async fn write(&mut self, rule: &str, text: String) {
         if self.said.get(rule) == Some(&text) {

@@ -204,18 +204,23 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         max_object_bytes: settings.max_object_bytes,
         egress_deny: egress_deny(&settings.egress_deny).await,
     });
-    let mut supervisor = Supervisor::new(shared.clone());
     let (set, kinds) = shared.snapshot();
+    let mut revisions = RevisionStore::new(
+        shared.client.clone(),
+        &settings.status_namespace,
+        settings.keep_revisions,
+    );
+    let revisions_in_force = revisions.record(&set).await;
+    let mut rollout_report = RolloutReport::new(shared.client.clone(), &settings.status_namespace);
+    // Before any controller starts: no parent is reconciled under the wrong revision meanwhile.
+    crate::runtime::rollout_resume::resume(&shared.rollouts, &set, &kinds, &revisions, &mut rollout_report).await;
+    let mut supervisor = Supervisor::new(shared.clone());
     supervisor.sync(&set, &kinds).await?;
     observability.health.set_started(true);
     info!(rules = set.rules.len(), "ruleop running");
     let mut reloader = Reloader {
-        revisions: RevisionStore::new(
-            shared.client.clone(),
-            &settings.status_namespace,
-            settings.keep_revisions,
-        ),
-        rollout_report: RolloutReport::new(shared.client.clone(), &settings.status_namespace),
+        revisions,
+        rollout_report,
         fingerprint: loaded_fingerprint,
         schemas,
         rejected_by_schemas: None,
@@ -225,8 +230,8 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         supervisor,
         retry: None,
     };
+    reloader.status.revisions = revisions_in_force;
     if waiting.is_empty() {
-        reloader.status.revisions = reloader.revisions.record(&set).await;
         let _ = reloader
             .status
             .report(ReloadState::Loaded, &rule_names(&set), &reloader.fingerprint)

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::support::audit::AuditMark;
 use crate::support::custom::CustomKind;
 use crate::support::mount::{Mount, files_under};
 use crate::support::*;
@@ -169,12 +170,9 @@ fn services_by_edition(ns: &str, edition: u32) -> (usize, usize) {
     (new, editions.iter().filter(|e| e.is_none()).count())
 }
 
-#[test]
-fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then_all() {
-    install_crds();
-    let ns = Namespace::new("rollout-steps");
-    let pause = Duration::from_secs(20);
-    let rule_files: Vec<(String, String)> = files_under(&root().join("rules"))
+/// The shipped rules with `database` rolled out 10% with `pause`, then 100%.
+fn staged_database_rules(pause: Duration) -> Vec<(String, String)> {
+    files_under(&root().join("rules"))
         .into_iter()
         .map(|(path, text)| {
             let text = if path == "database.yaml" {
@@ -187,8 +185,90 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
             };
             (path, text)
         })
-        .collect();
-    let rules = Mount::new(&rule_files);
+        .collect()
+}
+
+/// The names of the Services in `ns` labelled `edition=<edition>`.
+fn services_of_edition(ns: &str, edition: u32) -> Vec<String> {
+    kubectl_ok(&[
+        "get",
+        "services",
+        "-n",
+        ns,
+        "-l",
+        &format!("edition={edition}"),
+        "-o",
+        "name",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+#[test]
+fn a_killed_operator_mid_rollout_is_followed_by_one_that_resumes_the_same_step_with_the_same_parents() {
+    install_crds();
+    let ns = Namespace::new("rollout-kill");
+    let pause = Duration::from_secs(30);
+    let rules = Mount::new(&staged_database_rules(pause));
+    let template_files = files_under(&root().join("templates"));
+    let mut templates = Mount::new(&template_files);
+    let first = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    let databases: Vec<String> = (0..20).map(|i| database(&format!("db-{i}"), 1, "")).collect();
+    apply_yaml(&ns.0, &databases.join("\n---\n"));
+    wait_until(Duration::from_secs(60), "20 Services", || {
+        services_by_edition(&ns.0, 1).1 == 20
+    });
+    let edited = Instant::now();
+    templates.swap(&edit_service_template(&template_files, 1));
+    wait_until(Duration::from_secs(30), "2 Services of the new template", || {
+        services_by_edition(&ns.0, 1).0 == 2
+    });
+    let moved = services_of_edition(&ns.0, 1);
+    // A third into the pause, so that a pause counted again from the restart would show.
+    wait_until(pause, "a third of the pause to pass", || {
+        assert_eq!(services_by_edition(&ns.0, 1), (2, 18), "before the kill");
+        edited.elapsed() >= pause / 3
+    });
+    first.kill();
+    let killed = edited.elapsed();
+    let _second = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    let restarted = edited.elapsed();
+    let mut polls = 0;
+    wait_until(pause + Duration::from_secs(30), "the first step's pause to end", || {
+        let (new, old) = services_by_edition(&ns.0, 1);
+        let now_moved = services_of_edition(&ns.0, 1);
+        if rollout_state(&ns.0, "database").contains("step: 2 of 2") {
+            return true;
+        }
+        assert_eq!((new, old), (2, 18), "after the restart, during the first step's pause");
+        assert_eq!(now_moved, moved, "the same 2 parents");
+        polls += 1;
+        false
+    });
+    let step_two = edited.elapsed();
+    wait_until(Duration::from_secs(60), "all 20 Services of the new template", || {
+        services_by_edition(&ns.0, 1) == (20, 0)
+    });
+    eprintln!(
+        "edit -> SIGKILL at {killed:?}, new operator ready at {restarted:?}; the same 2 of 20 held over {polls} polls; step 2 at {step_two:?} (pause {pause:?})"
+    );
+    assert!(
+        step_two >= pause,
+        "the pause counted from the step's start, not the restart: {step_two:?}"
+    );
+    assert!(
+        step_two < restarted + pause,
+        "the pause went on from where it was, not from the restart: {step_two:?}"
+    );
+}
+
+#[test]
+fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then_all() {
+    install_crds();
+    let ns = Namespace::new("rollout-steps");
+    let pause = Duration::from_secs(20);
+    let mut rules = Mount::new(&staged_database_rules(pause));
     let template_files = files_under(&root().join("templates"));
     let mut templates = Mount::new(&template_files);
     let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
@@ -198,6 +278,7 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
         services_by_edition(&ns.0, 1).1 == 20
     });
 
+    let mark = AuditMark::now();
     let edited = Instant::now();
     templates.swap(&edit_service_template(&template_files, 1));
     wait_until(Duration::from_secs(30), "2 Services of the new template", || {
@@ -229,7 +310,45 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
     wait_until(Duration::from_secs(30), "the rollout to complete", || {
         rollout_state(&ns.0, "database").contains("phase: Complete")
     });
+    let service_writes = |mark: &AuditMark| mark.ruleop_writes(&ns.0, &["services"]).len();
+    wait_until(
+        Duration::from_secs(10),
+        "the audit log to show the staged writes",
+        || service_writes(&mark) >= 20,
+    );
+    let staged = mark.ruleop_writes(&ns.0, PARENT_AND_CHILDREN).len();
+
+    // The same edit unstaged: the shipped rules (no rollout), then the next edition.
+    rules.swap(&files_under(&root().join("rules")));
+    wait_until(Duration::from_secs(30), "the rules without rollout in force", || {
+        revisions_line(&ns.0).lines().any(|l| l == "database: 3")
+    });
+    let unstaged_mark = AuditMark::now();
+    templates.swap(&edit_service_template(&template_files, 2));
+    wait_until(Duration::from_secs(30), "all 20 Services of the next template", || {
+        services_by_edition(&ns.0, 2).0 == 20
+    });
+    wait_until(
+        Duration::from_secs(10),
+        "the audit log to show the unstaged writes",
+        || service_writes(&unstaged_mark) >= 20,
+    );
+    let unstaged = unstaged_mark.ruleop_writes(&ns.0, PARENT_AND_CHILDREN).len();
+    eprintln!("writes to the parents and their children: staged rollout {staged}, unstaged reload {unstaged}");
+    assert_eq!(
+        staged, unstaged,
+        "a staged rollout writes what an unstaged reload writes"
+    );
 }
+
+/// The kinds a Database and its children are, for counting writes.
+const PARENT_AND_CHILDREN: &[&str] = &[
+    "databases",
+    "services",
+    "statefulsets",
+    "persistentvolumeclaims",
+    "jobs",
+];
 
 /// `(name -> resourceVersion, name -> data.edition)` of the ConfigMaps `*-cm` in `ns`.
 fn config_maps(ns: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {

@@ -1,0 +1,71 @@
+//! Resumes, when the operator starts, the staged rollouts a previous process (or leader)
+//! recorded in `ruleop-status`: the previous revision's rule set is loaded from its kept record,
+//! so the parents the recorded step has not moved stay on it, and the step's pause goes on from
+//! when it began. Runs before any controller starts, so no parent is reconciled under the wrong
+//! revision in between.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use crate::cache::discovery::Kinds;
+use crate::engine::rules::RuleSet;
+use crate::engine::rules::load::{SourceFile, load_sources};
+use crate::runtime::revisions::RevisionStore;
+use crate::runtime::rollout::{Rollouts, Staging, recorded};
+use crate::runtime::rollout_report::RolloutReport;
+
+/// Resumes every recorded rollout of a rule of `set` whose new revision is the one in force.
+pub(crate) async fn resume(
+    rollouts: &Rollouts,
+    set: &RuleSet,
+    kinds: &Kinds,
+    revisions: &RevisionStore,
+    report: &mut RolloutReport,
+) {
+    for (name, text) in report.read_back().await {
+        let (Some(rule), Some((state, started_at))) = (set.rule(&name), recorded(&text)) else {
+            continue;
+        };
+        let Some(policy) = &rule.rollout else {
+            continue;
+        };
+        if state.to != revisions.latest(&name) {
+            // The files moved on while no operator ran: they came into force unstaged.
+            continue;
+        }
+        match previous_set(revisions, &name, state.from, kinds).await {
+            Ok(previous) => {
+                let staging = Staging::resumed(Arc::new(previous), policy.clone(), state, started_at);
+                info!(rule = %name, state = %staging.describe(), "staged rollout resumed");
+                rollouts.start(&name, staging);
+            }
+            Err(e) => warn!(
+                rule = %name,
+                revision = state.from,
+                error = %e,
+                "cannot resume the staged rollout: the previous revision does not load; every parent is on the revision in force"
+            ),
+        }
+    }
+}
+
+/// The rule set of a kept revision: its rule file and templates, loaded as at the time.
+async fn previous_set(revisions: &RevisionStore, rule: &str, number: u64, kinds: &Kinds) -> Result<RuleSet, String> {
+    let record = revisions.read_record(rule, number).await?;
+    let files = |prefix: &str| -> Vec<SourceFile> {
+        record
+            .contents
+            .iter()
+            .filter_map(|(name, text)| {
+                let relative = name.strip_prefix(prefix)?;
+                Some((relative.to_owned(), PathBuf::from(name), text.clone()))
+            })
+            .collect()
+    };
+    let mut set = load_sources(&files("templates/"), &files("rules/")).map_err(|d| d.to_string())?;
+    set.rules.retain(|r| r.name == rule);
+    crate::runtime::run::check_scopes(&mut set, kinds).map_err(|e| e.to_string())?;
+    Ok(set)
+}
