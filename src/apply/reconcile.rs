@@ -159,6 +159,11 @@ async fn apply_plan_steps(
     for (reason, message) in timed_out {
         events::publish(cluster, handle, None, EventType::Warning, reason, message.clone());
     }
+    // The conditions are written: a transition the rule asks to hear of (`warnOn`).
+    for warning in &plan.warnings {
+        let note = format!("{}: {}", warning.type_, warning.message);
+        events::publish(cluster, handle, None, EventType::Warning, &warning.reason, note);
+    }
     // Last: every cleanup delete above succeeded and no action is outstanding.
     if plan.finalizer == FinalizerStep::Remove && runs.is_empty() {
         cleanup::set_finalizer(cluster, handle, parent, FinalizerStep::Remove).await?;

@@ -666,6 +666,13 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
         )),
         None => out.push_str("# (none: status already up to date)\n"),
     }
+    for warning in &plan.warnings {
+        let line = format!(
+            "warning event {} ({} turned False): {}",
+            warning.reason, warning.type_, warning.message
+        );
+        out.push_str(&commented(&line, "# "));
+    }
     out
 }
 

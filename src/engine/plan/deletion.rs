@@ -443,6 +443,7 @@ fn empty(
         status_problems: Vec::new(),
         paused: false,
         parent_metadata: None,
+        warnings: Vec::new(),
     }
 }
 

@@ -204,6 +204,10 @@ pub struct Plan {
     /// The server-side apply of `spec.parentMetadata` onto the parent, or `None` when it holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_metadata: Option<Value>,
+    /// Warning Events on the parent, published once the status patch is written: conditions
+    /// turning `False` with a reason their `warnOn` lists.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<status::ConditionWarning>,
 }
 
 /// The status fields and conditions a plan wants, independent of the status it was planned on.
@@ -266,7 +270,30 @@ pub fn plan_with(
     if !rule.writes_status() {
         plan.status_patch = None;
     }
+    if plan.status_patch.is_some() {
+        plan.warnings = condition_warnings(rule, parent, &plan.status.conditions);
+    }
     Ok(plan)
+}
+
+/// The Warning Events the `wanted` conditions' transitions ask for (`warnOn`), against the
+/// parent's current conditions.
+fn condition_warnings(rule: &Rule, parent: &Value, wanted: &[WantedCondition]) -> Vec<status::ConditionWarning> {
+    let current = parent
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let warn_on = |type_: &str| -> &[String] {
+        rule.spec
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.warn_on.as_slice())
+            .unwrap_or_default()
+    };
+    status::warnings(current, wanted, warn_on)
 }
 
 fn plan_parent(
@@ -533,6 +560,7 @@ fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan,
         status_problems: evaluated.problems,
         paused: false,
         parent_metadata: parent_metadata::plan(renderer, rule, parent, &context)?,
+        warnings: Vec::new(),
     })
 }
 

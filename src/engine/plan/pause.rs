@@ -57,6 +57,7 @@ pub(crate) fn plan(parent: &Value, now: &str) -> Plan {
         status_problems: Vec::new(),
         paused: true,
         parent_metadata: None,
+        warnings: Vec::new(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The parent's status: observedGeneration, conditions and rule fields, as a merge patch that
 //! exists only when something changed (so a converged parent gets no status write).
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
@@ -48,6 +49,45 @@ pub struct WantedCondition {
     pub reason: String,
     /// Human message.
     pub message: String,
+}
+
+/// A Warning Event a condition's transition asks for (`warnOn`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConditionWarning {
+    /// The condition type.
+    #[serde(rename = "condition")]
+    pub type_: String,
+    /// The Event's reason: the condition's `False` reason.
+    pub reason: String,
+    /// The Event's note: the condition's message.
+    pub message: String,
+}
+
+/// The Warning Events of the wanted conditions that turn `False` with a reason their `warnOn`
+/// lists (`warn_on` by condition type), where the current condition of that type is not already
+/// `False` with that reason: a reconcile that finds the condition as it was publishes nothing.
+pub(crate) fn warnings<'a>(
+    current: &[Value],
+    wanted: &[WantedCondition],
+    warn_on: impl Fn(&str) -> &'a [String],
+) -> Vec<ConditionWarning> {
+    wanted
+        .iter()
+        .filter(|want| want.status == ConditionStatus::False)
+        .filter(|want| warn_on(&want.type_).contains(&want.reason))
+        .filter(|want| {
+            !current.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some(&want.type_)
+                    && c.get("status").and_then(Value::as_str) == Some("False")
+                    && c.get("reason").and_then(Value::as_str) == Some(&want.reason)
+            })
+        })
+        .map(|want| ConditionWarning {
+            type_: want.type_.clone(),
+            reason: want.reason.clone(),
+            message: bounded(&want.message, MESSAGE_LIMIT).into_owned(),
+        })
+        .collect()
 }
 
 /// Merges wanted conditions into the current list: a condition keeps its `lastTransitionTime`
@@ -109,6 +149,39 @@ mod tests {
             reason: "R".into(),
             message: String::new(),
         }
+    }
+
+    #[test]
+    fn a_warning_only_when_the_condition_turns_false_with_a_listed_reason() {
+        let wanted = |status: ConditionStatus, reason: &str| WantedCondition {
+            type_: "BackupSucceeded".to_owned(),
+            status,
+            reason: reason.to_owned(),
+            message: "Job orders-backup-1: Job has reached the specified backoff limit".to_owned(),
+        };
+        let listed = ["BackoffLimitExceeded".to_owned()];
+        let warn_on = |type_: &str| -> &[String] { if type_ == "BackupSucceeded" { &listed } else { &[] } };
+        let current =
+            |status: &str, reason: &str| vec![json!({"type": "BackupSucceeded", "status": status, "reason": reason})];
+        let failed = [wanted(ConditionStatus::False, "BackoffLimitExceeded")];
+        // From True, from Running, from nothing: one Warning with the reason and the message.
+        for before in [current("True", "Succeeded"), current("False", "Running"), vec![]] {
+            let warnings = warnings(&before, &failed, warn_on);
+            assert_eq!(warnings.len(), 1, "{before:?}");
+            assert_eq!(warnings[0].reason, "BackoffLimitExceeded");
+            assert!(warnings[0].message.contains("backoff limit"));
+        }
+        // Already so: nothing again.
+        assert!(warnings(&current("False", "BackoffLimitExceeded"), &failed, warn_on).is_empty());
+        // A reason not listed, a True condition, a type without warnOn: nothing.
+        let running = [wanted(ConditionStatus::False, "Running")];
+        assert!(warnings(&[], &running, warn_on).is_empty());
+        assert!(warnings(&[], &[wanted(ConditionStatus::True, "BackoffLimitExceeded")], warn_on).is_empty());
+        let other = [WantedCondition {
+            type_: "Ready".to_owned(),
+            ..wanted(ConditionStatus::False, "BackoffLimitExceeded")
+        }];
+        assert!(warnings(&[], &other, warn_on).is_empty());
     }
 
     #[test]

@@ -684,4 +684,9 @@ pub struct ConditionSpec {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub message: Option<Located<String>>,
+    /// Reasons (as `falseReason` renders them, e.g. `BackoffLimitExceeded`) that, when the
+    /// condition turns `False` with one of them, also publish a Warning Event on the parent with
+    /// that reason and the condition's message: once per transition, not on every reconcile.
+    #[serde(default)]
+    pub warn_on: Vec<String>,
 }

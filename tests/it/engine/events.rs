@@ -108,3 +108,67 @@ fn a_failure_that_repeats_is_one_warning_event_with_a_series() {
     assert!(note.contains("answered 500"), "{note}");
     assert_eq!(count, "2", "the second failure is the Event's series: {events:#?}");
 }
+
+#[test]
+fn a_failed_backup_job_is_one_warning_event_on_the_database_with_the_jobs_reason() {
+    install_crds();
+    let ns = Namespace::new("events-failed");
+    let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
+    apply_yaml(&ns.0, &database("orders", 1, "  backup:\n    enabled: true\n"));
+    let mut job = String::new();
+    wait_until(WAIT, "the backup Job", || {
+        job = kubectl_ok(&[
+            "get",
+            "jobs",
+            "-n",
+            &ns.0,
+            "-l",
+            "ruleop.io/action=backup",
+            "-o",
+            "name",
+        ])
+        .trim()
+        .to_owned();
+        !job.is_empty()
+    });
+    // No node runs it here: the Job controller's verdict is written as it would write it.
+    let failed = r#"{"status": {"startTime": "2026-12-04T10:00:00Z", "failed": 1, "conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastTransitionTime": "2026-12-04T10:01:00Z"},
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastTransitionTime": "2026-12-04T10:01:00Z"}]}}"#;
+    merge_patch_status(&ns.0, &job, failed);
+    let warnings = || {
+        events_about(&ns.0, "orders")
+            .into_iter()
+            .filter(|(reason, _, _)| reason == "BackoffLimitExceeded")
+            .collect::<Vec<_>>()
+    };
+    wait_until(WAIT, "a BackoffLimitExceeded Warning on the Database", || {
+        !warnings().is_empty()
+    });
+    let (_, note, _) = &warnings()[0];
+    assert!(note.starts_with("BackupSucceeded: Job orders-backup-"), "{note}");
+    assert!(note.contains("backoff limit"), "{note}");
+    assert_eq!(
+        get(
+            &ns.0,
+            "database/orders",
+            "{.status.conditions[?(@.type==\"BackupSucceeded\")].reason}"
+        ),
+        "BackoffLimitExceeded"
+    );
+    // Later reconciles find the condition as it was: no second Event, no series.
+    for touch in 1..=2 {
+        operator.reconciled_after("database", || {
+            merge_patch(
+                &ns.0,
+                "database/orders",
+                &format!(r#"{{"metadata":{{"labels":{{"touch":"{touch}"}}}}}}"#),
+            );
+        });
+    }
+    let after = warnings();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].2, "", "no series: the Warning was published once");
+}
