@@ -123,27 +123,8 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let (schemas, checked) = check_live_schemas(&client, &set, &kinds, &settings.templates).await;
     checked.map_err(|d| anyhow::anyhow!("the rules do not match the CRDs the API server serves:\n{d}"))?;
     let status = StatusReporter::new(client.clone(), &settings.status_namespace);
-    if let Err(e) = status.check_writable().await {
-        if matches!(&e, kube::Error::Api(status) if status.code == 403) {
-            anyhow::bail!(
-                "ruleop may not write the ConfigMap {}/{STATUS_CONFIGMAP}, where it reports the state of the rules ({}). \
-                 Grant its ServiceAccount get/create/patch on ConfigMaps in that namespace, or set \
-                 --status-namespace (or POD_NAMESPACE) to a namespace where it may",
-                settings.status_namespace,
-                crate::engine::diagnostic::bounded(&e.to_string(), 500)
-            );
-        }
-        warn!(error = %e, "cannot check that the {STATUS_CONFIGMAP} ConfigMap is writable");
-    }
-    let observability = Arc::new(Observability::default());
-    observability
-        .health
-        .set_waiting(waiting.iter().map(ToString::to_string).collect());
-    Health::spawn_heartbeat(observability.health.clone());
-    let bound = admin::serve(settings.admin_addr, observability.clone())
-        .await
-        .context("binding the admin address")?;
-    info!(%bound, "admin endpoints listening (/metrics, /healthz, /readyz)");
+    check_status_writable(&status, &settings.status_namespace).await?;
+    let observability = serve_observability(settings.admin_addr, &waiting).await?;
     tokio::pin!(shutdown);
     let mut leadership = None;
     // Without leader election this replica is the only writer.
@@ -247,17 +228,13 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     }
     // A standby may have waited long: pick up what changed on disk meanwhile.
     reloader.reload().await;
-    let mut lost = false;
-    loop {
+    let lost = loop {
         let retry_at = reloader.retry.map(|(at, _)| at);
         let restart_at = reloader.supervisor.next_restart();
         let step_at = reloader.next_step();
         tokio::select! {
-            () = &mut shutdown => break,
-            () = lease_lost(&mut leadership) => {
-                lost = true;
-                break;
-            }
+            () = &mut shutdown => break false,
+            () = lease_lost(&mut leadership) => break true,
             () = watcher.changed(settings.reload_debounce, settings.reload_interval) => reloader.reload().await,
             () = sleep_until(retry_at) => reloader.reload().await,
             ended = reloader.supervisor.next_ended() => reloader.report_ended(&ended),
@@ -265,13 +242,70 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
             Some(rule) = halts.recv() => reloader.rollout_halted(&rule).await,
             () = sleep_until(restart_at) => reloader.supervisor.restart_due(),
         }
+    };
+    stop(
+        reloader.supervisor,
+        &observability,
+        settings.shutdown_timeout,
+        lost,
+        leadership,
+        sharding,
+    )
+    .await
+}
+
+/// Fails start-up when ruleop may not write the `ruleop-status` ConfigMap (a server-side dry
+/// run answered 403), naming what to grant; any other failure of the check is only logged.
+async fn check_status_writable(status: &StatusReporter, namespace: &str) -> anyhow::Result<()> {
+    let Err(e) = status.check_writable().await else {
+        return Ok(());
+    };
+    if matches!(&e, kube::Error::Api(status) if status.code == 403) {
+        anyhow::bail!(
+            "ruleop may not write the ConfigMap {namespace}/{STATUS_CONFIGMAP}, where it reports the state of the rules ({}). \
+             Grant its ServiceAccount get/create/patch on ConfigMaps in that namespace, or set \
+             --status-namespace (or POD_NAMESPACE) to a namespace where it may",
+            crate::engine::diagnostic::bounded(&e.to_string(), 500)
+        );
     }
-    info!(timeout = ?settings.shutdown_timeout, "shutting down: letting in-flight reconciles finish");
-    let (controllers_by, released_by) = shutdown::deadlines(Instant::now(), settings.shutdown_timeout);
+    warn!(error = %e, "cannot check that the {STATUS_CONFIGMAP} ConfigMap is writable");
+    Ok(())
+}
+
+/// The metrics and health every layer reports to, served on `admin_addr` (/metrics, /healthz,
+/// /readyz) from now on; not ready while the kinds in `waiting` are not served.
+async fn serve_observability(
+    admin_addr: std::net::SocketAddr,
+    waiting: &[impl ToString],
+) -> anyhow::Result<Arc<Observability>> {
+    let observability = Arc::new(Observability::default());
+    observability
+        .health
+        .set_waiting(waiting.iter().map(ToString::to_string).collect());
+    Health::spawn_heartbeat(observability.health.clone());
+    let bound = admin::serve(admin_addr, observability.clone())
+        .await
+        .context("binding the admin address")?;
+    info!(%bound, "admin endpoints listening (/metrics, /healthz, /readyz)");
+    Ok(observability)
+}
+
+/// The bounded stop: in-flight reconciles finish (most of `timeout`), then the leases are
+/// released (the rest). A lost lease ends in an error instead: the replica restarts as a fresh
+/// standby with empty caches.
+async fn stop(
+    supervisor: Supervisor,
+    observability: &Observability,
+    timeout: std::time::Duration,
+    lost: bool,
+    leadership: Option<Leadership>,
+    sharding: Option<shard::Sharding>,
+) -> anyhow::Result<()> {
+    info!(?timeout, "shutting down: letting in-flight reconciles finish");
+    let (controllers_by, released_by) = shutdown::deadlines(Instant::now(), timeout);
     observability.health.set_started(false);
-    reloader.supervisor.shutdown_by(controllers_by).await;
+    supervisor.shutdown_by(controllers_by).await;
     if lost {
-        // Exiting makes the replica a fresh standby after its restart, with empty caches.
         anyhow::bail!("lost the lease; stopped writing and exiting");
     }
     let release = async {
