@@ -207,6 +207,7 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         .observability
         .metrics
         .sample(&rule.name, Arc::downgrade(&sampled));
+    let listed = context.parents.clone();
     let task = spawn_controller(controller, reconcile_all_rx, stop_rx, context, rule.name.clone());
     info!(rule = %rule.name, watch = %format!("{} {}", watched.0, watched.1), "controller started");
     Ok(RunningController {
@@ -216,6 +217,7 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         digest: rule.digest.clone(),
         reconcile_all,
         workers,
+        parents: listed,
         stop,
         task,
     })
