@@ -115,14 +115,25 @@ impl Staging {
             step: 0,
             phase: Phase::Progressing,
         };
+        Self::at(previous, rollout, state, Instant::now(), jiff::Timestamp::now())
+    }
+
+    /// A rollout in `state`, its step begun at `step_started` (`step_started_at` on the clock).
+    fn at(
+        previous: Arc<RuleSet>,
+        rollout: Rollout,
+        state: RolloutState,
+        step_started: Instant,
+        step_started_at: jiff::Timestamp,
+    ) -> Self {
         Staging {
             previous,
             rollout,
             progress: Mutex::new(Progress {
                 published: state.clone(),
                 state,
-                step_started: Instant::now(),
-                step_started_at: jiff::Timestamp::now(),
+                step_started,
+                step_started_at,
                 baseline: BTreeMap::new(),
                 failed: BTreeMap::new(),
             }),
@@ -143,18 +154,7 @@ impl Staging {
             .unsigned_abs()
             .min(std::time::Duration::from_secs(365 * 24 * 3600));
         let step_started = Instant::now().checked_sub(elapsed).unwrap_or_else(Instant::now);
-        Staging {
-            previous,
-            rollout,
-            progress: Mutex::new(Progress {
-                published: state.clone(),
-                state,
-                step_started,
-                step_started_at: started_at,
-                baseline: BTreeMap::new(),
-                failed: BTreeMap::new(),
-            }),
-        }
+        Self::at(previous, rollout, state, step_started, started_at)
     }
 
     fn progress(&self) -> MutexGuard<'_, Progress> {
