@@ -432,32 +432,14 @@ impl Reloader {
     /// A Warning Event `ControllerRestarted` on the `ruleop-status` ConfigMap, where the state
     /// of the rules is reported.
     fn report_ended(&self, ended: &Ended) {
-        let reference = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("ConfigMap".to_owned()),
-            name: Some(STATUS_CONFIGMAP.to_owned()),
-            namespace: Some(self.settings.status_namespace.clone()),
-            ..Default::default()
-        };
-        let event = kube::runtime::events::Event {
-            type_: kube::runtime::events::EventType::Warning,
-            reason: "ControllerRestarted".to_owned(),
-            note: Some(format!(
-                "the controller of rule {:?} ended ({}); it starts again in {:?} (restart {} in a row)",
-                ended.rule,
-                ended.why,
-                ended.restart_at.saturating_duration_since(Instant::now()),
-                ended.attempt
-            )),
-            action: "Restart".to_owned(),
-            secondary: None,
-        };
-        let recorder = self.shared.recorder.clone();
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&event, &reference).await {
-                warn!(error = %e, "publishing an Event failed");
-            }
-        });
+        let note = format!(
+            "the controller of rule {:?} ended ({}); it starts again in {:?} (restart {} in a row)",
+            ended.rule,
+            ended.why,
+            ended.restart_at.saturating_duration_since(Instant::now()),
+            ended.attempt
+        );
+        self.publish_warning("ControllerRestarted", "Restart", note);
     }
 }
 
