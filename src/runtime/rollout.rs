@@ -371,28 +371,13 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::engine::rollout::policy::Step;
 
     fn staging(max_failures: u32, on_failure: OnFailure) -> Staging {
         let set = crate::engine::rules::load::one_rule(
             "r",
             "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  watch: {apiVersion: example.com/v1, kind: R}\n",
         );
-        let rollout = Rollout {
-            steps: vec![
-                Step {
-                    percent: 10,
-                    pause: Duration::from_secs(60),
-                },
-                Step {
-                    percent: 100,
-                    pause: Duration::ZERO,
-                },
-            ],
-            max_failures,
-            on_failure,
-            condition: "Ready".into(),
-        };
+        let rollout = crate::engine::rollout::policy::ten_then_all(max_failures, on_failure);
         Staging::new(Arc::new(set), rollout, 1, 2)
     }
 

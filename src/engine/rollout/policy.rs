@@ -199,6 +199,27 @@ pub(crate) fn validate(
     }
 }
 
+/// 10% with a pause of a minute, then 100%, on the Ready condition: the rollout the unit tests
+/// of selection and staging share.
+#[cfg(test)]
+pub(crate) fn ten_then_all(max_failures: u32, on_failure: crate::engine::rules::model::OnFailure) -> Rollout {
+    Rollout {
+        steps: vec![
+            Step {
+                percent: 10,
+                pause: std::time::Duration::from_secs(60),
+            },
+            Step {
+                percent: 100,
+                pause: std::time::Duration::ZERO,
+            },
+        ],
+        max_failures,
+        on_failure,
+        condition: "Ready".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -210,30 +210,14 @@ impl<'a> Revisions<'a> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use serde_json::json;
 
     use super::*;
-    use crate::engine::rollout::policy::Step;
     use crate::engine::rules::model::OnFailure;
 
     fn rollout() -> Rollout {
-        Rollout {
-            steps: vec![
-                Step {
-                    percent: 10,
-                    pause: Duration::from_secs(60),
-                },
-                Step {
-                    percent: 100,
-                    pause: Duration::ZERO,
-                },
-            ],
-            max_failures: 0,
-            on_failure: OnFailure::Halt,
-            condition: "Ready".into(),
-        }
+        crate::engine::rollout::policy::ten_then_all(0, OnFailure::Halt)
     }
 
     fn uids() -> Vec<String> {
