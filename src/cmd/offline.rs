@@ -83,14 +83,18 @@ fn check_samples(set: &RuleSet) -> Result<(), CommandError> {
             .collect();
         parent["apiVersion"] = json!(watch.api_version);
         parent["kind"] = json!(watch.kind);
-        parent["metadata"] = json!({"name": "sample", "namespace": namespace, "annotations": annotations});
+        parent["metadata"] = if rule.has_cluster_scoped_parents() {
+            json!({"name": "sample", "annotations": annotations})
+        } else {
+            json!({"name": "sample", "namespace": namespace, "annotations": annotations})
+        };
         let origin = PathBuf::from(format!(
             "{} (a sample {} from {})",
             rule.file.display(),
             watch.kind,
             kind.origin
         ));
-        fill_placeholders(&mut parent, &origin)?;
+        fill_placeholders(&mut parent, &origin, rule.has_cluster_scoped_parents())?;
         schema::defaults::apply(&kind.schema, &mut parent);
         let looked_up = ObservedLookups(Vec::new());
         // A sample is a guess: one the rule refuses (a lookup or namespace it names, a `fail`)
@@ -226,8 +230,8 @@ pub fn plan_offline<'a>(
     now: &str,
     admission: Admission,
 ) -> Result<Planned<'a>, CommandError> {
-    let notes = fill_placeholders(&mut parent, origin)?;
     let rule = rule_for(set, &parent, origin)?;
+    let notes = fill_placeholders(&mut parent, origin, rule.has_cluster_scoped_parents())?;
     if admission == Admission::ByCrd {
         admit(&set.schemas, &mut parent, origin)?;
     }
@@ -381,9 +385,9 @@ pub(crate) fn read_parent(file: &Path) -> Result<Value, CommandError> {
     Ok(docs.remove(0))
 }
 
-/// Gives a parent read from a file a placeholder uid, namespace and generation where it has
-/// none; returns a note for each.
-fn fill_placeholders(parent: &mut Value, origin: &Path) -> Result<Vec<String>, CommandError> {
+/// Gives a parent read from a file a placeholder uid, namespace (not to a cluster-scoped one)
+/// and generation where it has none; returns a note for each.
+fn fill_placeholders(parent: &mut Value, origin: &Path, cluster_scoped: bool) -> Result<Vec<String>, CommandError> {
     let mut notes = Vec::new();
     let metadata = parent
         .as_object_mut()
@@ -395,7 +399,8 @@ fn fill_placeholders(parent: &mut Value, origin: &Path) -> Result<Vec<String>, C
         ("namespace", json!("default")),
         ("generation", json!(1)),
     ] {
-        if !metadata.contains_key(field) {
+        let not_for_this_parent = field == "namespace" && cluster_scoped;
+        if !not_for_this_parent && !metadata.contains_key(field) {
             notes.push(format!("metadata.{field} not set; using {placeholder}"));
             metadata.insert(field.to_owned(), placeholder);
         }
@@ -496,8 +501,11 @@ fn adopt(object: &mut Value, rule: &Rule, parent: &Value) {
         && let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
     {
         // Written without a namespace, a namespaced child is in the parent's (as kubectl would put it).
-        if !cluster_scoped && !metadata.contains_key("namespace") {
-            metadata.insert("namespace".to_owned(), json!(parent_ref.namespace));
+        if !cluster_scoped
+            && !metadata.contains_key("namespace")
+            && let Some(home) = parent_ref.home_namespace()
+        {
+            metadata.insert("namespace".to_owned(), json!(home));
         }
         if let Some(owners) = metadata
             .entry("ownerReferences")

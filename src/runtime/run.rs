@@ -717,20 +717,30 @@ fn set_aside(set: &mut RuleSet, waiting: &[UnknownKind]) {
     set.rules.retain(|rule| !waiting.iter().any(|w| w.rule == rule.name));
 }
 
-/// Parents must be namespaced (the engine's children point at them by ownerReference or by a
-/// `namespace/name` annotation); records which child and action kinds are cluster-scoped, as
-/// discovery says, so planning places them right.
+/// A rule's `watch.scope` must be what discovery says of its kind (a rule reacting to
+/// cluster-scoped objects says so); records which child and action kinds are cluster-scoped,
+/// so planning places them right.
 pub(crate) fn check_scopes(set: &mut RuleSet, kinds: &Kinds) -> anyhow::Result<()> {
     for rule in &mut set.rules {
         let watch = &rule.spec.watch;
-        if kinds
-            .get(&watch.api_version, &watch.kind)
-            .is_some_and(|k| !k.namespaced)
+        if let Some(kind) = kinds.get(&watch.api_version, &watch.kind)
+            && kind.namespaced == rule.has_cluster_scoped_parents()
         {
             anyhow::bail!(
-                "rule {:?}: watched kind {} is cluster-scoped; only namespaced parents are supported",
+                "rule {:?}: watched kind {} {} is {}, but the rule's watch.scope is {}",
                 rule.name,
-                watch.kind
+                watch.api_version,
+                watch.kind,
+                if kind.namespaced {
+                    "namespaced"
+                } else {
+                    "cluster-scoped"
+                },
+                if kind.namespaced {
+                    "Cluster"
+                } else {
+                    "Namespaced (write `scope: Cluster`)"
+                },
             );
         }
         rule.set_scopes(|api_version, kind| kinds.get(api_version, kind).map(|k| !k.namespaced));

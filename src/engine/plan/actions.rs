@@ -512,7 +512,9 @@ fn run(
                 }
                 HeaderValue::FromSecret(from) => {
                     let mut reference = from.value_from.secret_key_ref.clone();
-                    reference.namespace.get_or_insert_with(|| parent_ref.namespace.clone());
+                    reference
+                        .namespace
+                        .get_or_insert_with(|| parent_ref.home_namespace().unwrap_or_default().to_owned());
                     secret_headers.insert(header.clone(), reference);
                 }
             }

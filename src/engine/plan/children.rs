@@ -228,7 +228,7 @@ pub(crate) fn render_object(
             };
             annotations.insert(
                 scope::ANNOTATION_PARENT.to_owned(),
-                json!(format!("{}/{}", parent.namespace, parent.name)),
+                json!(super::ownership::parent_annotation(parent)),
             );
         }
     }

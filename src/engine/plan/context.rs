@@ -23,7 +23,7 @@ pub struct ParentRef {
     pub api_version: String,
     /// `kind` of the parent.
     pub kind: String,
-    /// Namespace of the parent (namespaced kinds only are supported as parents).
+    /// Namespace of the parent; empty for a cluster-scoped parent.
     pub namespace: String,
     /// Name of the parent.
     pub name: String,
@@ -48,7 +48,8 @@ impl ParentRef {
         Ok(ParentRef {
             api_version: text("/apiVersion").ok_or_else(|| missing("apiVersion"))?,
             kind: text("/kind").ok_or_else(|| missing("kind"))?,
-            namespace: text("/metadata/namespace").ok_or_else(|| missing("metadata.namespace"))?,
+            // A cluster-scoped parent has none; `plan` holds it to the rule's `watch.scope`.
+            namespace: text("/metadata/namespace").unwrap_or_default(),
             name: text("/metadata/name").ok_or_else(|| missing("metadata.name"))?,
             uid: text("/metadata/uid").ok_or_else(|| missing("metadata.uid"))?,
             generation: parent
@@ -56,6 +57,48 @@ impl ParentRef {
                 .and_then(Value::as_i64)
                 .unwrap_or(0),
         })
+    }
+
+    /// Whether the parent is cluster-scoped (it has no namespace).
+    pub fn is_cluster_scoped(&self) -> bool {
+        self.namespace.is_empty()
+    }
+
+    /// The namespace a namespaced child goes to when its template names none, and where a
+    /// controller ownerReference proves a child: the parent's own namespace, or for a
+    /// `Namespace` parent the namespace it is. Other cluster-scoped parents have none.
+    pub fn home_namespace(&self) -> Option<&str> {
+        if !self.namespace.is_empty() {
+            Some(&self.namespace)
+        } else if self.api_version == "v1" && self.kind == "Namespace" {
+            Some(&self.name)
+        } else {
+            None
+        }
+    }
+
+    /// The home namespace for a message: `the parent's namespace "shop"`.
+    pub(crate) fn home_description(&self) -> String {
+        match self.home_namespace() {
+            Some(home) if self.is_cluster_scoped() => format!("the parent Namespace {home:?}"),
+            Some(home) => format!("the parent's namespace {home:?}"),
+            None => "the parent's namespace (a cluster-scoped parent has none)".to_owned(),
+        }
+    }
+
+    /// Checks the parent against the rule's `watch.scope`: a namespaced parent needs its
+    /// namespace, a cluster-scoped one has none.
+    pub(crate) fn check_scope(&self, cluster_scoped: bool) -> Result<(), PlanError> {
+        match (cluster_scoped, self.is_cluster_scoped()) {
+            (false, true) => Err(PlanError::InvalidParent(
+                "the custom resource has no metadata.namespace (the rule's watch.scope is Namespaced)".to_owned(),
+            )),
+            (true, false) => Err(PlanError::InvalidParent(format!(
+                "the parent has metadata.namespace {:?}, but the rule's watch.scope is Cluster",
+                self.namespace
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The controller owner reference children carry.

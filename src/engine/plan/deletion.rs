@@ -336,7 +336,9 @@ fn teardown(
     let ordered = rule.tears_down_in_order();
     let cleanup: Vec<ObjectRef> = cleanup
         .into_iter()
-        .filter(|o| ordered || scope::is_label_owned(o, &parent_ref.namespace))
+        // What carries an ownerReference (every child of a cluster-scoped parent) is the
+        // garbage collector's to delete once the parent is gone.
+        .filter(|o| ordered || (!parent_ref.is_cluster_scoped() && scope::is_label_owned(o, &parent_ref.namespace)))
         .filter_map(ObjectRef::of)
         .collect();
     // Deleting a Namespace deletes what is in it: no request per object inside.

@@ -126,7 +126,9 @@ pub(crate) fn keys(
             {
                 String::new()
             } else if namespace.is_empty() {
-                parent_ref.namespace.clone()
+                // A cluster-scoped parent other than a Namespace has no home: such a lookup
+                // reads nothing (docs/reference/rule.md).
+                parent_ref.home_namespace().unwrap_or_default().to_owned()
             } else {
                 namespace
             },
@@ -151,7 +153,7 @@ fn guard(
     let constant = !crate::engine::template::is_template(&template.value);
     if constant
         || namespace.is_empty()
-        || namespace == parent_ref.namespace
+        || Some(namespace) == parent_ref.home_namespace()
         || rule.spec.allowed_namespaces.iter().any(|a| a.value == namespace)
         || rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
         || super::builtin::is_cluster_scoped(&lookup.api_version, &lookup.kind)
@@ -162,7 +164,7 @@ fn guard(
         id: lookup.id.value.clone(),
         at: SourceLocation::from_span(&rule.file, &template.referenced).to_string(),
         namespace: namespace.to_owned(),
-        parent_namespace: parent_ref.namespace.clone(),
+        home: parent_ref.home_description(),
         allowed: if rule.spec.allowed_namespaces.is_empty() {
             "none".to_owned()
         } else {

@@ -55,7 +55,7 @@ pub enum PlanError {
     Render(#[from] RenderError),
     /// A child would be written into a namespace the parent may not write to (confused deputy).
     #[error(
-        "child {id:?} targets namespace {namespace:?}, which is not the parent's namespace {parent_namespace:?}, \
+        "child {id:?} targets namespace {namespace:?}, which is not {home}, \
          not a Namespace this parent owns, and not one the rule allows (spec.allowedNamespaces, \
          spec.allowedNamespaceSelector: {allowed})"
     )]
@@ -64,8 +64,8 @@ pub enum PlanError {
         id: String,
         /// The namespace the child rendered.
         namespace: String,
-        /// The parent's namespace.
-        parent_namespace: String,
+        /// The parent's home namespace, described ([`context::ParentRef::home_description`]).
+        home: String,
         /// The rule's allowed namespaces, for the message.
         allowed: String,
     },
@@ -73,8 +73,8 @@ pub enum PlanError {
     /// `namespace` template rendered something other than the parent's namespace or one of
     /// `spec.allowedNamespaces` (only a constant `namespace` may name any other).
     #[error(
-        "lookup {id:?} (namespace at {at}) reads namespace {namespace:?}, which is not the parent's namespace \
-         {parent_namespace:?} and not in spec.allowedNamespaces ({allowed}); only a constant namespace may name another"
+        "lookup {id:?} (namespace at {at}) reads namespace {namespace:?}, which is not {home} \
+         and not in spec.allowedNamespaces ({allowed}); only a constant namespace may name another"
     )]
     LookupNamespaceNotAllowed {
         /// Lookup id.
@@ -83,8 +83,8 @@ pub enum PlanError {
         at: String,
         /// The namespace the template rendered.
         namespace: String,
-        /// The parent's namespace.
-        parent_namespace: String,
+        /// The parent's home namespace, described ([`context::ParentRef::home_description`]).
+        home: String,
         /// The rule's allowed namespaces, for the message.
         allowed: String,
     },
@@ -305,6 +305,7 @@ fn plan_parent(
     now: &str,
 ) -> Result<Plan, PlanError> {
     let parent_ref = ParentRef::read(parent)?;
+    parent_ref.check_scope(rule.has_cluster_scoped_parents())?;
     if pause::is_paused(parent) {
         return Ok(pause::plan(parent, now));
     }

@@ -63,6 +63,16 @@ pub(crate) fn proves(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let annotated = annotation(object, ANNOTATION_PARENT) == Some(&parent_annotation(parent));
+    if parent.is_cluster_scoped() {
+        // Every child of a cluster-scoped parent carries a controller ownerReference; it counts
+        // only where the rule lets children be.
+        let in_allowed_place = namespace.is_empty()
+            || Some(namespace) == parent.home_namespace()
+            || owned_namespaces.contains(namespace)
+            || super::scope::namespace_allowed(rule, namespace, lookups);
+        let delete_action_object = label(object, LABEL_ACTION).is_some() && annotated;
+        return in_allowed_place && (has_controller_reference(object, &parent.uid) || delete_action_object);
+    }
     if namespace == parent.namespace {
         // What an `on: delete` action created has no ownerReference (it outlives the parent).
         let delete_action_object = label(object, LABEL_ACTION).is_some() && annotated;
@@ -74,9 +84,14 @@ pub(crate) fn proves(
     in_allowed_namespace && annotated
 }
 
-/// The `ruleop.io/parent` annotation's value for this parent: `<namespace>/<name>`.
+/// The `ruleop.io/parent` annotation's value for this parent: `<namespace>/<name>`, or
+/// `<name>` for a cluster-scoped parent.
 pub(crate) fn parent_annotation(parent: &ParentRef) -> String {
-    format!("{}/{}", parent.namespace, parent.name)
+    if parent.is_cluster_scoped() {
+        parent.name.clone()
+    } else {
+        format!("{}/{}", parent.namespace, parent.name)
+    }
 }
 
 /// Whether an existing object may be written as this parent's child: it carries this parent's
@@ -185,6 +200,41 @@ mod tests {
             owned(&rule, &parent(), &candidates, &crate::engine::plan::lookups::NoLookups),
             vec![&namespace, &inside]
         );
+    }
+
+    #[test]
+    fn a_cluster_scoped_parents_child_needs_its_reference_and_an_allowed_place() {
+        let rule = Rule::from_spec_yaml(
+            "watch: {apiVersion: myorg.io/v1, kind: Propagation, scope: Cluster}\nallowedNamespaces: [team-a]\n",
+        );
+        let parent = ParentRef {
+            kind: "Propagation".into(),
+            namespace: String::new(),
+            ..parent()
+        };
+        let object = |namespace: Option<&str>, metadata: Value| {
+            let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "copy", "labels": labels()}});
+            if let Some(ns) = namespace {
+                object["metadata"]["namespace"] = json!(ns);
+            }
+            for (k, v) in metadata.as_object().expect("a map") {
+                object["metadata"][k] = v.clone();
+            }
+            object
+        };
+        let referenced = json!({"ownerReferences": owner()});
+        let allowed = object(Some("team-a"), referenced.clone());
+        let cluster_scoped = object(None, referenced.clone());
+        let elsewhere = object(Some("kube-system"), referenced);
+        // Labels and the annotation alone prove nothing for a cluster-scoped parent.
+        let annotated_only = object(Some("team-a"), json!({"annotations": {"ruleop.io/parent": "orders"}}));
+        let candidates = [allowed.clone(), cluster_scoped.clone(), elsewhere, annotated_only];
+        assert_eq!(
+            owned(&rule, &parent, &candidates, &crate::engine::plan::lookups::NoLookups),
+            vec![&allowed, &cluster_scoped]
+        );
+        assert_eq!(parent_annotation(&parent), "orders");
     }
 
     #[test]

@@ -31,28 +31,43 @@ pub(crate) enum Ownership {
 }
 
 /// Settles the rendered object's namespace: a cluster-scoped kind has none, a namespaced
-/// object without one gets the parent's. Says how the parent will own it.
+/// object without one gets the parent's home ([`ParentRef::home_namespace`]). Says how the
+/// parent will own it: a child of a cluster-scoped parent always by ownerReference (the garbage
+/// collector follows one from any namespace to a cluster-scoped owner).
 pub(crate) fn place(
     metadata: &mut Map<String, Value>,
     placement: Placement,
     parent: &ParentRef,
 ) -> Result<Ownership, String> {
     let rendered = metadata.get("namespace").and_then(Value::as_str).map(str::to_owned);
+    let by_reference_from_anywhere = parent.is_cluster_scoped();
     match (placement, rendered) {
+        (Placement::Child { cluster_scoped: true }, None) if by_reference_from_anywhere => Ok(Ownership::Controller),
         (Placement::Child { cluster_scoped: true }, None) => Ok(Ownership::Labels),
         (Placement::Child { cluster_scoped: true }, Some(ns)) => Err(format!(
             "rendered namespace {ns:?} for a cluster-scoped kind; remove metadata.namespace"
         )),
-        (_, None) => {
-            metadata.insert("namespace".to_owned(), json!(parent.namespace));
-            Ok(Ownership::Controller)
-        }
-        (_, Some(ns)) if ns == parent.namespace => Ok(Ownership::Controller),
+        (_, None) => match parent.home_namespace() {
+            Some(home) => {
+                metadata.insert("namespace".to_owned(), json!(home));
+                Ok(Ownership::Controller)
+            }
+            None => Err(format!(
+                "a namespaced object of a cluster-scoped parent ({} {}) must set metadata.namespace",
+                parent.kind, parent.name
+            )),
+        },
+        (_, Some(ns)) if Some(ns.as_str()) == parent.home_namespace() => Ok(Ownership::Controller),
+        (Placement::Child { .. }, Some(_)) if by_reference_from_anywhere => Ok(Ownership::Controller),
         (Placement::Child { .. }, Some(_)) => Ok(Ownership::Labels),
-        (Placement::ParentNamespace, Some(ns)) => Err(format!(
-            "rendered namespace {ns:?}; objects created by actions stay in the parent's namespace {:?}",
-            parent.namespace
-        )),
+        (Placement::ParentNamespace, Some(ns)) => Err(match parent.home_namespace() {
+            Some(home) => {
+                format!("rendered namespace {ns:?}; objects created by actions stay in the parent's namespace {home:?}")
+            }
+            None => format!(
+                "rendered namespace {ns:?}; objects created by actions of a cluster-scoped parent are cluster-scoped or in the parent's own Namespace"
+            ),
+        }),
     }
 }
 
@@ -136,7 +151,11 @@ pub(crate) fn guard(
     let mut waiting = Vec::new();
     for child in desired {
         let ns = child.target.namespace.as_str();
-        if ns.is_empty() || ns == parent.namespace || observed.contains(ns) || namespace_allowed(rule, ns, lookups) {
+        if ns.is_empty()
+            || Some(ns) == parent.home_namespace()
+            || observed.contains(ns)
+            || namespace_allowed(rule, ns, lookups)
+        {
             applied.push(child);
         } else if let Some(owner) = namespaces.get(ns) {
             if !waiting.iter().any(|w: &Waiting| w.id == child.id) {
@@ -150,7 +169,7 @@ pub(crate) fn guard(
             return Err(PlanError::NamespaceNotAllowed {
                 id: child.id,
                 namespace: ns.to_owned(),
-                parent_namespace: parent.namespace.clone(),
+                home: parent.home_description(),
                 allowed: allowed_description(rule),
             });
         }

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::model::{
-    ActionSpec, ActionTrigger, ChildSpec, FieldSource, HeaderValue, Located, LookupSpec, RULE_API_VERSION, RULE_KIND,
-    RuleDocument, RuleSpec, Scaling, SecretKeyRef,
+    ActionSpec, ActionTrigger, ChildSpec, FieldSource, HeaderValue, Located, LookupSpec, ParentScope, RULE_API_VERSION,
+    RULE_KIND, RuleDocument, RuleSpec, Scaling, SecretKeyRef, Watch,
 };
 use super::{Rule, RuleSet, inline_template_name};
 use crate::engine::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
@@ -229,6 +229,32 @@ impl RuleChecker<'_> {
         SourceLocation::from_span(self.file, &located.referenced)
     }
 
+    /// `watch.scope` must match what the built-in kinds are (custom kinds are checked against
+    /// discovery by `ruleop run`), and `watch.namespaces` means nothing for cluster-scoped parents.
+    fn check_watch_scope(&mut self, watch: &Watch, name_at: &SourceLocation) {
+        let (api_version, kind) = (&watch.api_version, &watch.kind);
+        let builtin_cluster = crate::engine::plan::builtin::is_cluster_scoped(api_version, kind);
+        let builtin = crate::engine::plan::builtin::plural(api_version, kind).is_some() || builtin_cluster;
+        match watch.scope {
+            ParentScope::Namespaced if builtin_cluster => self.report(
+                name_at.clone(),
+                format!("spec.watch: {api_version} {kind} is cluster-scoped, and watch.scope is Namespaced"),
+                Some("write `scope: Cluster` under spec.watch: children then name their namespace, held to allowedNamespaces (docs/concepts/deletion-and-scope.md)"),
+            ),
+            ParentScope::Cluster if builtin && !builtin_cluster => self.report(
+                name_at.clone(),
+                format!("spec.watch: {api_version} {kind} is namespaced, and watch.scope is Cluster"),
+                Some("remove `scope: Cluster`"),
+            ),
+            ParentScope::Cluster if !watch.namespaces.is_empty() => self.report(
+                name_at.clone(),
+                "spec.watch.namespaces: a cluster-scoped parent is in no namespace".to_owned(),
+                Some("remove watch.namespaces, or watch a namespaced kind"),
+            ),
+            _ => {}
+        }
+    }
+
     fn report(&mut self, location: SourceLocation, message: impl Into<String>, hint: Option<&str>) {
         let mut diagnostic = Diagnostic::new(location, message);
         if let Some(hint) = hint {
@@ -279,17 +305,7 @@ impl RuleChecker<'_> {
         if spec.watch.kind.is_empty() {
             self.report(name_at.clone(), "spec.watch.kind must not be empty", None);
         }
-        // `ruleop run` refuses it too, from discovery (custom cluster-scoped kinds are caught there).
-        if crate::engine::plan::builtin::is_cluster_scoped(&spec.watch.api_version, &spec.watch.kind) {
-            self.report(
-                name_at.clone(),
-                format!(
-                    "spec.watch: {} {} is cluster-scoped; only namespaced parents are supported",
-                    spec.watch.api_version, spec.watch.kind
-                ),
-                Some("watch a namespaced kind; a cluster-scoped parent is not supported yet"),
-            );
-        }
+        self.check_watch_scope(&spec.watch, &name_at);
         let resync =
             spec.resync
                 .as_ref()

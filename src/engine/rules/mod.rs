@@ -169,6 +169,10 @@ impl Rule {
     /// the parent owns, or in an allowed namespace): such children are owned by labels, watched
     /// cluster-wide, and cleaned up through the parent's finalizer.
     pub fn may_own_by_label(&self) -> bool {
+        if self.has_cluster_scoped_parents() {
+            // Every child of a cluster-scoped parent can carry an ownerReference to it.
+            return false;
+        }
         !self.spec.allowed_namespaces.is_empty()
             || !self.spec.allowed_namespace_selector.is_empty()
             || self
@@ -176,6 +180,17 @@ impl Rule {
                 .children
                 .iter()
                 .any(|c| self.is_cluster_scoped(&c.api_version, &c.kind))
+    }
+
+    /// Whether the rule watches a cluster-scoped kind (`watch.scope: Cluster`).
+    pub fn has_cluster_scoped_parents(&self) -> bool {
+        self.spec.watch.scope == model::ParentScope::Cluster
+    }
+
+    /// Whether the rule's children may be in any namespace the rule allows, so their caches
+    /// watch every namespace: label-owned children, or children of a cluster-scoped parent.
+    pub fn watches_children_cluster_wide(&self) -> bool {
+        self.may_own_by_label() || self.has_cluster_scoped_parents()
     }
 
     /// Whether a child is orphaned, not deleted, with its parent (`deletionPolicy: Orphan`): the

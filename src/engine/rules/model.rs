@@ -208,7 +208,12 @@ pub struct Watch {
     pub api_version: String,
     /// Kind of the parent, e.g. `Database`.
     pub kind: String,
-    /// Only parents in these namespaces (default: all namespaces).
+    /// `Namespaced` (default) or `Cluster`: the watched kind's scope, written out so that a rule
+    /// reacting to cluster-scoped objects (a `Namespace`, a `ClusterRole`, a cluster-scoped
+    /// custom resource) says so. Checked against discovery when the rule comes into force.
+    #[serde(default)]
+    pub scope: ParentScope,
+    /// Only parents in these namespaces (default: all namespaces; namespaced parents only).
     #[serde(default)]
     pub namespaces: Vec<String>,
     /// Only parents matching this label selector, e.g. `tier=db,env!=dev`.
@@ -325,6 +330,19 @@ pub struct LookupSpec {
     /// Every lookup of the same kind in a rule declares the same `matchLabels` (one cache per kind).
     #[serde(default)]
     pub match_labels: BTreeMap<String, String>,
+}
+
+/// The scope of a rule's watched kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum ParentScope {
+    /// Parents live in namespaces; children default to the parent's namespace.
+    #[default]
+    Namespaced,
+    /// Parents are cluster-scoped (created by cluster admins): children carry ownerReferences
+    /// to them (the garbage collector follows those from any namespace), and a namespaced child
+    /// names its namespace, held to `allowedNamespaces` / `allowedNamespaceSelector` (a
+    /// `Namespace` parent's own namespace is its home).
+    Cluster,
 }
 
 /// Reaction to an apply rejected because an immutable field changed.

@@ -26,6 +26,26 @@ pub(crate) fn check(set: &RuleSet, catalog: &Catalog, templates: &Path) -> Repor
     let mut report = Report::default();
     for rule in &set.rules {
         let watch = &rule.spec.watch;
+        if let Some(kind) = catalog.kind(&watch.api_version, &watch.kind)
+            && kind.namespaced == rule.has_cluster_scoped_parents()
+        {
+            // `ruleop run` refuses the rule for the same reason, from discovery.
+            let (scope, fix) = if kind.namespaced {
+                ("namespaced", "remove `scope: Cluster` from spec.watch")
+            } else {
+                ("cluster-scoped", "write `scope: Cluster` under spec.watch")
+            };
+            report.errors.push(
+                Diagnostic::new(
+                    SourceLocation::new(&rule.file, 0, 0),
+                    format!(
+                        "rule {:?} watches {} {}, which is {scope} in {}, but its watch.scope says otherwise",
+                        rule.name, watch.api_version, watch.kind, kind.origin
+                    ),
+                )
+                .with_hint(fix),
+            );
+        }
         let Some(schema) = catalog.schema(&watch.api_version, &watch.kind) else {
             if !is_built_in_api(&watch.api_version) {
                 report.warnings.push(format!(

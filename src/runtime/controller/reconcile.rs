@@ -217,7 +217,11 @@ async fn reconcile_parent(
         Err(_) => observed,
     };
     let handle = ParentHandle {
-        api: Api::namespaced_with(writer.client.clone(), namespace, &ctx.parent_kind.resource),
+        api: if ctx.parent_kind.namespaced {
+            Api::namespaced_with(writer.client.clone(), namespace, &ctx.parent_kind.resource)
+        } else {
+            Api::all_with(writer.client.clone(), &ctx.parent_kind.resource)
+        },
         name: parent.name_any(),
         kind: ctx.parent_kind.resource.kind.clone(),
         reference: parent.object_ref(&ctx.parent_kind.resource),

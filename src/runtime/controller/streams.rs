@@ -297,10 +297,12 @@ fn watch_children(
         let index = Arc::new(ChildIndex::default());
         children.push((served.resource.clone(), index.clone()));
         let ours = watcher::Config::default().labels(&format!("{LABEL_RULE}={}", rule.name));
-        let (queued, parent_resource) = (triggers.clone(), parent_kind.resource.clone());
-        // Label-owned children live outside the parent's namespace: watch them cluster-wide and
-        // map them to their parent by annotation, as they carry no ownerReference.
-        let by_label = rule.may_own_by_label();
+        let (queued, parent_kind_of_child) = (triggers.clone(), parent_kind.clone());
+        // Label-owned children live outside the parent's namespace, and a cluster-scoped
+        // parent's children anywhere the rule allows: watch them cluster-wide and map each to its
+        // parent by annotation or ownerReference (kube-runtime's `owns` would put a cluster-scoped
+        // owner in its child's namespace).
+        let by_label = rule.watches_children_cluster_wide();
         let api = if by_label {
             Api::all_with(shared.client.clone(), &served.resource)
         } else {
@@ -315,14 +317,14 @@ fn watch_children(
             })
             .touched_objects()
             .inspect(move |child| {
-                if let Some(parent) = child.as_ref().ok().and_then(|c| parent_of(c, &parent_resource)) {
+                if let Some(parent) = child.as_ref().ok().and_then(|c| parent_of(c, &parent_kind_of_child)) {
                     let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
                     queued.event(key, Trigger::ChildEvent);
                 }
             });
         controller = if by_label {
-            let parent_resource = parent_kind.resource.clone();
-            let mapper = move |child: DynamicObject| parent_of(&child, &parent_resource);
+            let parent_kind = parent_kind.clone();
+            let mapper = move |child: DynamicObject| parent_of(&child, &parent_kind);
             controller.watches_stream_with(stream, mapper, served.resource.clone())
         } else {
             controller.owns_stream_with(stream, served.resource.clone())
@@ -419,24 +421,30 @@ fn parents_of_taken_shards(
 }
 
 /// The parent of a child seen by a watch: from the `ruleop.io/parent` annotation of a
-/// label-owned child, or from a controller ownerReference of the parent's kind.
-fn parent_of(child: &DynamicObject, parent: &kube::discovery::ApiResource) -> Option<ObjectRef<DynamicObject>> {
-    if let Some((namespace, name)) = child
-        .annotations()
-        .get(ANNOTATION_PARENT)
-        .and_then(|p| p.split_once('/'))
-    {
-        return Some(ObjectRef::new_with(name, parent.clone()).within(namespace));
+/// label-owned child (`<namespace>/<name>`, or `<name>` for a cluster-scoped parent), or from a
+/// controller ownerReference of the parent's kind (in the child's namespace, or in none for a
+/// cluster-scoped parent).
+fn parent_of(child: &DynamicObject, parent: &ServedKind) -> Option<ObjectRef<DynamicObject>> {
+    let named = |name: &str, namespace: Option<&str>| {
+        let reference = ObjectRef::new_with(name, parent.resource.clone());
+        match namespace {
+            Some(namespace) if parent.namespaced => Some(reference.within(namespace)),
+            None if !parent.namespaced => Some(reference),
+            _ => None,
+        }
+    };
+    if let Some(annotated) = child.annotations().get(ANNOTATION_PARENT) {
+        return match annotated.split_once('/') {
+            Some((namespace, name)) => named(name, Some(namespace)),
+            None => named(annotated, None),
+        };
     }
     let owner = child
         .owner_references()
         .iter()
-        .find(|o| o.controller == Some(true) && o.kind == parent.kind)?;
-    let mut reference = ObjectRef::new_with(&owner.name, parent.clone());
-    if let Some(namespace) = child.namespace() {
-        reference = reference.within(&namespace);
-    }
-    Some(reference)
+        .find(|o| o.controller == Some(true) && o.kind == parent.resource.kind)?;
+    let namespace = child.namespace();
+    named(&owner.name, namespace.as_deref().filter(|_| parent.namespaced))
 }
 
 #[cfg(test)]
@@ -444,8 +452,15 @@ mod tests {
     use super::*;
     use kube::api::GroupVersionKind;
 
-    fn database() -> ApiResource {
-        ApiResource::from_gvk(&GroupVersionKind::gvk("example.com", "v1", "Database"))
+    fn database() -> ServedKind {
+        served("Database", true)
+    }
+
+    fn served(kind: &str, namespaced: bool) -> ServedKind {
+        ServedKind {
+            resource: ApiResource::from_gvk(&GroupVersionKind::gvk("example.com", "v1", kind)),
+            namespaced,
+        }
     }
 
     fn child(json: serde_json::Value) -> DynamicObject {
@@ -490,5 +505,31 @@ mod tests {
             "metadata": {"name": "stray", "namespace": "team", "annotations": {ANNOTATION_PARENT: "no-slash"}},
         }));
         assert!(parent_of(&child, &database()).is_none());
+    }
+
+    #[test]
+    fn a_cluster_scoped_parent_is_named_without_a_namespace_whatever_its_childs_namespace() {
+        let owned = child(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "copy", "namespace": "team", "ownerReferences": [
+                {"apiVersion": "example.com/v1", "kind": "Propagation", "name": "p", "uid": "u", "controller": true},
+            ]},
+        }));
+        let propagation = served("Propagation", false);
+        let parent = parent_of(&owned, &propagation).expect("a parent");
+        assert_eq!((parent.namespace.as_deref(), parent.name.as_str()), (None, "p"));
+        let annotated = child(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "copy", "namespace": "team", "annotations": {ANNOTATION_PARENT: "p"}},
+        }));
+        let parent = parent_of(&annotated, &propagation).expect("a parent");
+        assert_eq!((parent.namespace.as_deref(), parent.name.as_str()), (None, "p"));
+        // A namespaced annotation never names a cluster-scoped parent, nor a bare name a namespaced one.
+        let forged = child(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "copy", "namespace": "team", "annotations": {ANNOTATION_PARENT: "team/p"}},
+        }));
+        assert!(parent_of(&forged, &propagation).is_none());
+        assert!(parent_of(&annotated, &database()).is_none());
     }
 }

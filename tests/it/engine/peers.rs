@@ -87,6 +87,7 @@ fn every_ported_example_passes_ruleop_check() {
             "kro-ingress-fan-in",
             "kro-namespace-decorator",
             "metacontroller-catset",
+            "metacontroller-clusteredparent",
             "metacontroller-configmappropagation",
             "metacontroller-globalconfigmap",
             "metacontroller-service-per-pod",
@@ -641,4 +642,95 @@ fn update_strategies_on_delete_withholds_a_change_until_deleted_and_recreate_rec
         value("odd-instance-data") == "v2"
     });
     assert_ne!(uid("odd-instance-data"), odd_first);
+}
+
+// Metacontroller's examples/clusteredparent/test.sh: a cluster-scoped parent (a ClusterRole)
+// with a namespaced child (a RoleBinding in `default`), recreated when deleted, and deleted by the
+// garbage collector with the ClusterRole through its ownerReference.
+#[test]
+fn clusteredparent_binds_an_annotated_cluster_role_and_the_binding_goes_with_it() {
+    const NAME: &str = "metacontroller-clusteredparent";
+    let ns = Namespace::new("peers-cp");
+    // The example's fixed names: clear what an earlier run on this control plane left.
+    kubectl_ok(&[
+        "delete",
+        "clusterrole",
+        "my-clusterrole",
+        "plain-clusterrole",
+        "--ignore-not-found",
+    ]);
+    kubectl_ok(&[
+        "delete",
+        "rolebinding",
+        "-n",
+        "default",
+        "my-clusterrole",
+        "plain-clusterrole",
+        "--ignore-not-found",
+    ]);
+    let operator = start_example(NAME, &ns.0);
+    kubectl_ok(&[
+        "apply",
+        "-f",
+        &example(NAME).join("clusterrole.yaml").display().to_string(),
+    ]);
+    // Not opted in: no binding.
+    kubectl_ok(&[
+        "create",
+        "clusterrole",
+        "plain-clusterrole",
+        "--verb=get",
+        "--resource=nodes",
+    ]);
+    let binding = || get("default", "rolebinding/my-clusterrole", "{.metadata.uid}");
+
+    // 1. "Wait for Namespaced child", with what sync.py puts in it.
+    wait_until(WAIT, "the RoleBinding of the ClusterRole", || !binding().is_empty());
+    assert_eq!(
+        get(
+            "default",
+            "rolebinding/my-clusterrole",
+            "{.roleRef.kind}/{.roleRef.name} {.subjects[0].kind} {.subjects[0].namespace}/{.subjects[0].name}"
+        ),
+        "ClusterRole/my-clusterrole ServiceAccount default/default"
+    );
+    assert_eq!(
+        get(
+            "default",
+            "rolebinding/my-clusterrole",
+            "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}"
+        ),
+        "ClusterRole/my-clusterrole"
+    );
+
+    // 2. "Delete Namespaced child" and "Wait for Namespaced child to be recreated": the deletion
+    // of a child in another namespace reaches the cluster-scoped parent.
+    let first = binding();
+    kubectl_ok(&[
+        "delete",
+        "rolebinding",
+        "-n",
+        "default",
+        "my-clusterrole",
+        "--wait=true",
+    ]);
+    wait_until(WAIT, "the RoleBinding recreated", || {
+        let now = binding();
+        !now.is_empty() && now != first
+    });
+
+    operator.idle_reconciles("clusteredparent");
+    assert!(
+        !exists("default", "rolebinding/plain-clusterrole"),
+        "a ClusterRole without the annotation is not decorated"
+    );
+
+    // 3. "Deleting ClusterRole" and "Wait for Namespaced child cleanup": the garbage collector
+    // follows the ownerReference from `default` to the cluster-scoped owner (no finalizer).
+    assert!(get("", "clusterrole/my-clusterrole", "{.metadata.finalizers}").is_empty());
+    kubectl_ok(&["delete", "clusterrole", "my-clusterrole"]);
+    wait_until(WAIT, "the RoleBinding to go with its ClusterRole", || {
+        !exists("default", "rolebinding/my-clusterrole")
+    });
+    kubectl_ok(&["delete", "clusterrole", "plain-clusterrole"]);
 }
