@@ -88,6 +88,7 @@ fn every_ported_example_passes_ruleop_check() {
             "kro-namespace-decorator",
             "metacontroller-catset",
             "metacontroller-clusteredparent",
+            "metacontroller-configmap-list-v2",
             "metacontroller-configmappropagation",
             "metacontroller-globalconfigmap",
             "metacontroller-service-per-pod",
@@ -733,4 +734,67 @@ fn clusteredparent_binds_an_annotated_cluster_role_and_the_binding_goes_with_it(
         !exists("default", "rolebinding/my-clusterrole")
     });
     kubectl_ok(&["delete", "clusterrole", "plain-clusterrole"]);
+}
+
+// Metacontroller's examples/configmap-list-v2/test.sh: a list of the ConfigMaps of another
+// namespace that carry the parent's labels, and their count in status.
+#[test]
+fn configmap_list_lists_the_labelled_configmaps_of_the_source_namespace_and_counts_them() {
+    const NAME: &str = "metacontroller-configmap-list-v2";
+    // In full: kubectl reads a bare `configmaplist` as a ConfigMap list.
+    const PARENT: &str = "configmaplists.peers.ruleop.io/my-config-list";
+    let (source, target) = (Namespace::new("peers-cml-source"), Namespace::new("peers-cml-target"));
+    let operator = start_example(NAME, &target.0);
+    let objects = with_namespaces(
+        &example_file(NAME, "example.yaml"),
+        &[("source-ns", &source), ("target-ns", &target)],
+    );
+    // Objects in two namespaces, each naming its own.
+    let out = kubectl_with_stdin(&["apply", "-f", "-"], Some(&objects));
+    assert!(out.status.success(), "kubectl apply: {}", text(&out.stderr));
+    let listed = || get(&target.0, "configmap/my-config-list-list", "{.data.configmaps}");
+
+    // "Wait for ConfigMap list generation": exactly cm-1 and cm-2, sorted, one per line.
+    let expected = format!("{0}/cm-1\n{0}/cm-2", source.0);
+    wait_until(WAIT, "the list of my-app's ConfigMaps", || listed() == expected);
+    // "Check status update on parent": the count, an integer.
+    wait_until(WAIT, "status.count 2", || {
+        get(&target.0, PARENT, "{.status.count}") == "2"
+    });
+
+    // v2's related resources: a new match re-reconciles the reader, and a ConfigMap the platform
+    // did not mark listable is never read, whatever its labels.
+    kubectl_ok(&[
+        "create",
+        "configmap",
+        "-n",
+        &source.0,
+        "cm-3",
+        "--from-literal=key=value4",
+    ]);
+    kubectl_ok(&[
+        "label",
+        "configmap",
+        "-n",
+        &source.0,
+        "cm-3",
+        "app=my-app",
+        "peers.ruleop.io/listable=true",
+    ]);
+    kubectl_ok(&[
+        "create",
+        "configmap",
+        "-n",
+        &source.0,
+        "cm-unlisted",
+        "--from-literal=key=value5",
+    ]);
+    kubectl_ok(&["label", "configmap", "-n", &source.0, "cm-unlisted", "app=my-app"]);
+    let expected = format!("{0}/cm-1\n{0}/cm-2\n{0}/cm-3", source.0);
+    wait_until(WAIT, "cm-3 added to the list", || listed() == expected);
+    wait_until(WAIT, "status.count 3", || {
+        get(&target.0, PARENT, "{.status.count}") == "3"
+    });
+    operator.idle_reconciles("configmaplist");
+    assert_eq!(listed(), expected, "cm-unlisted is not listable, so never listed");
 }
