@@ -4,6 +4,7 @@
 
 pub(crate) mod actions;
 pub(crate) mod api_error;
+pub(crate) mod backpressure;
 pub(crate) mod children;
 pub(crate) mod cleanup;
 pub(crate) mod client;

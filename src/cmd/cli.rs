@@ -401,6 +401,19 @@ pub struct RunArgs {
     /// `ruleop-rev-<rule>-<n>` of the status namespace (at least 1).
     #[arg(long, env = "RULEOP_KEEP_REVISIONS", default_value_t = crate::runtime::revisions::DEFAULT_KEEP, value_parser = clap::value_parser!(u16).range(1..=1000).map(usize::from))]
     pub keep_revisions: usize,
+    /// Client-side limit on the operator's requests to the API server, per second on average
+    /// (0, the default: none; the API server's Priority and Fairness decides, and its 429
+    /// answers are retried after the Retry-After it names).
+    #[arg(long, env = "RULEOP_KUBE_QPS", default_value_t = 0)]
+    pub kube_qps: u32,
+    /// Requests allowed at once above --kube-qps (ignored without it).
+    #[arg(long, env = "RULEOP_KUBE_BURST", default_value_t = 100)]
+    pub kube_burst: u32,
+    /// After this many failed reconciles in a row a parent's circuit opens: `Ready=False`
+    /// (`CircuitOpen`), its watch events are ignored, and it is tried again every 5 minutes
+    /// until a reconcile succeeds (0: never open).
+    #[arg(long, env = "RULEOP_CIRCUIT_FAILURES", default_value_t = 10)]
+    pub circuit_failures: u32,
     #[allow(missing_docs)]
     #[command(flatten)]
     pub election: Box<ElectionArgs>,

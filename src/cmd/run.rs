@@ -49,6 +49,11 @@ pub(crate) fn command(args: RunArgs) -> ExitCode {
         egress_deny: args.egress_deny_cidr,
         max_object_bytes: args.max_object_size,
         keep_revisions: args.keep_revisions,
+        client_limit: crate::apply::backpressure::ClientLimit {
+            qps: args.kube_qps,
+            burst: args.kube_burst,
+        },
+        circuit_failures: args.circuit_failures,
     };
     let finished = tokio::runtime::Runtime::new().map(|rt| {
         let result = rt.block_on(run(settings));

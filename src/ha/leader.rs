@@ -26,6 +26,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::client::ClientBuilder;
+
+use tower::buffer::BufferLayer;
+use tower::retry::RetryLayer;
+
+use crate::apply::backpressure::{self, Backpressure, BackpressureLayer};
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 use tower::{BoxError, Layer, Service};
@@ -208,10 +213,18 @@ where
     }
 }
 
+/// Requests that may wait in front of the shared connection stack (the backpressure and retry
+/// layers need a service they can clone).
+const REQUESTS_QUEUED: usize = 1024;
+
 /// Two clients of one configuration: one whose writes pass `fence` (for everything the
 /// operator does) and one without (for the leases themselves), built on `leases_on` so that its
 /// requests and connections are served by the lease runtime.
-pub(crate) async fn clients(fence: Arc<Fence>, leases_on: &Handle) -> Result<(Client, Client), kube::Error> {
+pub(crate) async fn clients(
+    fence: Arc<Fence>,
+    leases_on: &Handle,
+    backpressure: &Arc<Backpressure>,
+) -> Result<(Client, Client), kube::Error> {
     let config = crate::apply::client::cluster_config()
         .await
         .map_err(kube::Error::InferConfig)?;
@@ -219,7 +232,18 @@ pub(crate) async fn clients(fence: Arc<Fence>, leases_on: &Handle) -> Result<(Cl
         let _inside = leases_on.enter();
         Client::try_from(config.clone())?
     };
-    let fenced = ClientBuilder::try_from(config)?.with_layer(&FenceLayer(fence)).build();
+    // The leases' client has no backpressure: a renewal must not queue behind the operator's
+    // own writes, nor wait out a 429 meant for them.
+    // Retries are ours, outside the backpressure layer, so each attempt is throttled and
+    // counted (kube's default retry sits inside the stack, out of its sight).
+    let mut config = config;
+    config.default_retry = false;
+    let fenced = ClientBuilder::try_from(config)?
+        .with_layer(&BufferLayer::new(REQUESTS_QUEUED))
+        .with_layer(&BackpressureLayer(backpressure.clone()))
+        .with_layer(&RetryLayer::new(backpressure::retry_policy()))
+        .with_layer(&FenceLayer(fence))
+        .build();
     Ok((fenced, leases))
 }
 

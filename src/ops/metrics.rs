@@ -162,6 +162,8 @@ pub(crate) struct Metrics {
     undecodable: Family<KindLabels, Counter>,
     too_large: Family<KindLabels, Counter>,
     controller_restarts: Family<RuleLabels, Counter>,
+    circuits_opened: Family<RuleLabels, Counter>,
+    circuit_held: Family<RuleLabels, Counter>,
     rollout_halts: Family<RuleLabels, Counter>,
     paused: Family<RuleLabels, Counter>,
     slots_skipped: Family<ActionName, Counter>,
@@ -265,6 +267,18 @@ impl Default for Metrics {
             "Times a rule's controller ended by itself (a panic in a reconcile) and was started again, per rule",
             controller_restarts.clone(),
         );
+        let circuits_opened = Family::default();
+        registry.register(
+            "ruleop_circuits_opened",
+            "Parents whose circuit opened after --circuit-failures failed reconciles in a row (Ready=False, CircuitOpen), per rule",
+            circuits_opened.clone(),
+        );
+        let circuit_held = Family::default();
+        registry.register(
+            "ruleop_circuit_held_events",
+            "Events ignored because their parent's circuit was open (it runs only at its retry, every 5 minutes), per rule",
+            circuit_held.clone(),
+        );
         let rollout_halts = Family::default();
         registry.register(
             "ruleop_rollout_halts",
@@ -356,6 +370,8 @@ impl Default for Metrics {
             undecodable,
             too_large,
             controller_restarts,
+            circuits_opened,
+            circuit_held,
             rollout_halts,
             paused,
             slots_skipped,
@@ -374,6 +390,23 @@ impl Default for Metrics {
             });
         }
         metrics
+    }
+}
+
+impl Metrics {
+    /// Registers the API client's backpressure counters (made with the client, before these
+    /// metrics): 429 answers and client-side waits.
+    pub(crate) fn register_backpressure(&mut self, rejected: Counter, waited: Counter) {
+        self.registry.register(
+            "ruleop_api_rejected",
+            "429 answers from the API server (Priority and Fairness, max-requests-inflight); each is retried after its Retry-After, up to 8 times",
+            rejected,
+        );
+        self.registry.register(
+            "ruleop_api_client_throttled",
+            "Requests that waited for the client-side limit (--kube-qps, --kube-burst)",
+            waited,
+        );
     }
 }
 
@@ -397,7 +430,8 @@ impl Sampled for Placeholder {
 /// with a known set of values (`result`), a `<placeholder>` for a label whose values are names
 /// (`<rule>`, `<kind>`). What `ruleop reference metrics` turns into docs/reference/metrics.md.
 pub(crate) fn exposition_of_every_family() -> String {
-    let m = Metrics::default();
+    let mut m = Metrics::default();
+    m.register_backpressure(Counter::default(), Counter::default());
     let rule = "<rule>";
     m.rule_started(rule);
     for outcome in [Outcome::Ok, Outcome::Conflict, Outcome::Error("<reason>")] {
@@ -410,6 +444,8 @@ pub(crate) fn exposition_of_every_family() -> String {
     m.undecodable("<kind>");
     m.too_large("<kind>");
     m.controller_restarted(rule);
+    m.circuit_opened(rule);
+    m.circuit_held(rule);
     m.paused(rule);
     m.slots_skipped(rule, "<action>", 0);
     m.drift_repair_deferred("<kind>");
@@ -546,6 +582,20 @@ impl Metrics {
     /// Counts one restart of `rule`'s controller after it ended by itself.
     pub(crate) fn controller_restarted(&self, rule: &str) {
         self.controller_restarts
+            .get_or_create(&RuleLabels { rule: rule.to_owned() })
+            .inc();
+    }
+
+    /// Counts a parent of `rule` whose circuit opened.
+    pub(crate) fn circuit_opened(&self, rule: &str) {
+        self.circuits_opened
+            .get_or_create(&RuleLabels { rule: rule.to_owned() })
+            .inc();
+    }
+
+    /// Counts an event of `rule` ignored because its parent's circuit is open.
+    pub(crate) fn circuit_held(&self, rule: &str) {
+        self.circuit_held
             .get_or_create(&RuleLabels { rule: rule.to_owned() })
             .inc();
     }

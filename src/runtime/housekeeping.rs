@@ -14,8 +14,9 @@ use crate::apply::WrittenParents;
 use crate::apply::drift_limit::DriftLimiter;
 use crate::ops::Observability;
 
-/// Failed reconciles in a row, by parent UID (the backoff exponent).
-pub(crate) type FailureCounts = Mutex<HashMap<String, u32>>;
+/// Failed reconciles in a row, and the next try, by parent UID (the backoff exponent and the
+/// circuit breaker).
+pub(crate) type FailureCounts = Mutex<HashMap<String, crate::runtime::controller::Failures>>;
 
 /// The per-parent maps of one rule's controller.
 #[derive(Debug, Default, Clone)]
@@ -119,7 +120,12 @@ mod tests {
     }
 
     fn remember(memory: &ParentMemory, uid: &str) {
-        memory.failures.lock().expect("lock").insert(uid.to_owned(), 3);
+        let failures = crate::runtime::controller::Failures {
+            count: 3,
+            retry_at: Instant::now(),
+            generation: 1,
+        };
+        memory.failures.lock().expect("lock").insert(uid.to_owned(), failures);
         memory.drift.decide(uid, Instant::now());
     }
 

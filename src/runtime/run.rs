@@ -14,6 +14,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
+use crate::apply::backpressure::Backpressure;
 use crate::cache::discovery::{Kinds, UnknownKind};
 use crate::cache::watch::InitialList;
 use crate::engine::rules::RuleSet;
@@ -63,6 +64,10 @@ pub(crate) struct RunSettings {
     pub max_object_bytes: usize,
     /// `--keep-revisions`: how many revisions of each rule are kept in ConfigMaps.
     pub keep_revisions: usize,
+    /// `--kube-qps`, `--kube-burst`: the client-side limit on requests to the API server.
+    pub client_limit: crate::apply::backpressure::ClientLimit,
+    /// `--circuit-failures`: failed reconciles in a row that open a parent's circuit (0: never).
+    pub circuit_failures: u32,
 }
 
 /// The ranges `http` actions never reach through a name: the flag's, plus every address of the
@@ -113,7 +118,8 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     };
     // Dropped last, when run returns: the leases are released by then.
     let lease_runtime = LeaseRuntime::start().context("starting the lease runtime thread")?;
-    let (client, lease_client) = leader::clients(fence.clone(), lease_runtime.handle())
+    let backpressure = Backpressure::new(settings.client_limit);
+    let (client, lease_client) = leader::clients(fence.clone(), lease_runtime.handle(), &backpressure)
         .await
         .context("connecting to the Kubernetes API")?;
     let mut kinds = Kinds::default();
@@ -124,7 +130,7 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     checked.map_err(|d| anyhow::anyhow!("the rules do not match the CRDs the API server serves:\n{d}"))?;
     let status = StatusReporter::new(client.clone(), &settings.status_namespace);
     check_status_writable(&status, &settings.status_namespace).await?;
-    let observability = serve_observability(settings.admin_addr, &waiting).await?;
+    let observability = serve_observability(settings.admin_addr, &waiting, &backpressure).await?;
     tokio::pin!(shutdown);
     let mut leadership = None;
     // Without leader election this replica is the only writer.
@@ -184,6 +190,7 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         initial_list: settings.initial_list,
         max_object_bytes: settings.max_object_bytes,
         egress_deny: egress_deny(&settings.egress_deny).await,
+        circuit: crate::runtime::controller::Threshold(settings.circuit_failures),
     });
     let (set, kinds) = shared.snapshot();
     let mut revisions = RevisionStore::new(
@@ -277,8 +284,13 @@ async fn check_status_writable(status: &StatusReporter, namespace: &str) -> anyh
 async fn serve_observability(
     admin_addr: std::net::SocketAddr,
     waiting: &[impl ToString],
+    backpressure: &Backpressure,
 ) -> anyhow::Result<Arc<Observability>> {
-    let observability = Arc::new(Observability::default());
+    let mut observability = Observability::default();
+    observability
+        .metrics
+        .register_backpressure(backpressure.rejected.clone(), backpressure.waited.clone());
+    let observability = Arc::new(observability);
     observability
         .health
         .set_waiting(waiting.iter().map(ToString::to_string).collect());

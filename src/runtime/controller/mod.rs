@@ -3,6 +3,7 @@
 //! `streams` wires the watches into the Controller, `reconcile` runs one parent, `policy`
 //! decides when a parent runs again; what they share is here.
 
+mod circuit;
 mod policy;
 mod reconcile;
 mod streams;
@@ -33,6 +34,8 @@ use crate::runtime::housekeeping::FailureCounts;
 use crate::runtime::queue::{self, Triggers};
 use crate::runtime::workers::Workers;
 
+pub(crate) use circuit::{Failures, Threshold};
+
 /// Reconciles per rule when the rule does not say (`maxConcurrentReconciles`; a reload may burst
 /// above it, see [`Workers`]).
 pub(crate) const DEFAULT_CONCURRENCY: u16 = 5;
@@ -62,6 +65,8 @@ pub(crate) struct Shared {
     pub egress_deny: Vec<ipnet::IpNet>,
     /// The staged rollouts under way (`spec.rollout`).
     pub rollouts: crate::runtime::rollout::Rollouts,
+    /// Failed reconciles in a row that open a parent's circuit (`--circuit-failures`).
+    pub circuit: Threshold,
 }
 
 impl Shared {
@@ -127,6 +132,20 @@ struct RuleContext {
     triggers: Arc<Triggers>,
     /// The rule's workers (`maxConcurrentReconciles`), handed out round-robin by namespace.
     workers: Arc<Workers>,
+}
+
+impl RuleContext {
+    /// The reason and message a parent's failure is reported with: `CircuitOpen` once it is
+    /// the failure that opens the parent's circuit ([`Threshold::report`]).
+    fn failure_report(&self, uid: &str, reason: &'static str, message: &str) -> (&'static str, String) {
+        let before = self
+            .failures
+            .lock()
+            .ok()
+            .and_then(|f| f.get(uid).map(|f| f.count))
+            .unwrap_or(0);
+        self.shared.circuit.report(before, reason, message)
+    }
 }
 
 impl Sampled for RuleContext {

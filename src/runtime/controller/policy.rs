@@ -6,19 +6,20 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
 use tracing::debug;
 
 use crate::apply::ApplyError;
 use crate::runtime::housekeeping::ParentMemory;
 use crate::runtime::queue::Trigger;
 
-use super::{ReconcileError, RuleContext, parent_key};
+use super::{Failures, ReconcileError, RuleContext, parent_key};
 
-/// Longest wait between retries of a failing parent.
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Longest wait between retries of a failing parent: a parent whose circuit is open is tried
+/// this often.
+const MAX_BACKOFF: Duration = super::circuit::COOLDOWN;
 /// The backoff's unit: the first retry of a failing parent waits twice this.
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
 /// Wait before retrying a write conflict: a stale cache, which the watch fixes in milliseconds.
@@ -44,11 +45,21 @@ pub(super) fn error_policy(parent: Arc<DynamicObject>, error: &ReconcileError, c
         return requeue(&ctx, &parent, FENCED_RETRY, Trigger::Retry);
     }
     let uid = parent.uid().unwrap_or_default();
+    let now = std::time::Instant::now();
     let failures = ctx.failures.lock().map_or(1, |mut failures| {
-        let count = failures.entry(uid).or_insert(0);
-        *count += 1;
-        *count
+        let entry = failures.entry(uid).or_insert(Failures {
+            count: 0,
+            retry_at: now,
+            generation: 0,
+        });
+        entry.count = entry.count.saturating_add(1);
+        entry.retry_at = now + backoff(entry.count);
+        entry.generation = parent.meta().generation.unwrap_or_default();
+        entry.count
     });
+    if ctx.shared.circuit.0 == failures {
+        ctx.shared.observability.metrics.circuit_opened(&ctx.rule_name);
+    }
     ParentMemory {
         failures: ctx.failures.clone(),
         written: ctx.written.clone(),

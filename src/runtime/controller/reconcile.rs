@@ -50,6 +50,24 @@ pub(super) fn reconcile(
             .triggered(&ctx.rule_name, trigger.as_str());
     }
     async move {
+        // An open circuit: only the scheduled retry runs the parent; an event is answered by
+        // keeping that retry, with no worker taken and no request sent.
+        if trigger != Trigger::Retry {
+            let failures = ctx
+                .failures
+                .lock()
+                .ok()
+                .and_then(|f| f.get(&parent.uid().unwrap_or_default()).copied());
+            let generation = parent.meta().generation.unwrap_or_default();
+            if let Some(wait) = ctx
+                .shared
+                .circuit
+                .holds(failures.as_ref(), generation, std::time::Instant::now())
+            {
+                ctx.shared.observability.metrics.circuit_held(&ctx.rule_name);
+                return Ok(requeue(&ctx, &parent, wait, Trigger::Retry));
+            }
+        }
         let namespace = parent.namespace().unwrap_or_default();
         let Some(_worker) = ctx.workers.acquire(&namespace, trigger == Trigger::Reload).await else {
             // The controller is stopping.
@@ -233,7 +251,8 @@ async fn reconcile_parent(
     let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {
-            report_failure(&cluster, &handle, rule, &parent_json, e.reason(), &e.to_string(), &now).await;
+            let (reason, message) = ctx.failure_report(&uid, e.reason(), &e.to_string());
+            report_failure(&cluster, &handle, rule, &parent_json, reason, &message, &now).await;
             return Err(e.into());
         }
     };
@@ -256,7 +275,8 @@ async fn reconcile_parent(
             Ok(requeue(ctx, parent, after, trigger))
         }
         Err(e @ ApplyError::Immutable { .. }) => {
-            report_failure(&cluster, &handle, rule, &parent_json, e.reason(), &e.to_string(), &now).await;
+            let (reason, message) = ctx.failure_report(&uid, e.reason(), &e.to_string());
+            report_failure(&cluster, &handle, rule, &parent_json, reason, &message, &now).await;
             let resync = rule.resync.unwrap_or(ctx.shared.default_resync);
             Ok(requeue(ctx, parent, resync, Trigger::Resync))
         }
@@ -265,7 +285,8 @@ async fn reconcile_parent(
             Err(e.into())
         }
         Err(e) => {
-            report_failure(&cluster, &handle, rule, &parent_json, e.reason(), &e.to_string(), &now).await;
+            let (reason, message) = ctx.failure_report(&uid, e.reason(), &e.to_string());
+            report_failure(&cluster, &handle, rule, &parent_json, reason, &message, &now).await;
             Err(e.into())
         }
     }
