@@ -23,10 +23,15 @@ const SHORT_LEASES: [&str; 6] = [
 /// A replica with the shipped templates, its leases in `ns` with the short test timing
 /// ([`LEASE`]), and `extra` flags (`--leader-elect`, `--shards 12`).
 pub fn replica(rules: &Path, ns: &str, extra: &[&str]) -> Operator {
+    Operator::start_with(rules, &templates(), ns, &replica_flags(ns, extra))
+}
+
+/// The flags of a [`replica`]: its leases in `ns` with the short test timing, then `extra`.
+pub fn replica_flags<'a>(ns: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut flags = vec!["--lease-namespace", ns];
     flags.extend(SHORT_LEASES);
     flags.extend(extra);
-    Operator::start_with(rules, &templates(), ns, &flags)
+    flags
 }
 
 /// `count` Databases `db-0`, `db-1`, ... with `replicas` and backups enabled, as one YAML stream.
