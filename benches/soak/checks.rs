@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ruleop::engine::plan::actions::idempotency_key;
 use serde_json::Value;
 
+use crate::support::fleet::action_job_lines;
 use crate::support::kubectl;
 
 /// The annotation whose every new value asks for one backup (rules/database.yaml's
@@ -81,22 +82,10 @@ pub struct Job {
 
 /// Every action Job of `ns`; `None` when the API server does not answer.
 pub fn jobs(ns: &str) -> Option<Vec<Job>> {
-    let out = kubectl(&[
-        "get",
-        "jobs",
-        "-n",
-        ns,
-        "-l",
-        "ruleop.io/action",
-        "--request-timeout=20s",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.app} {.metadata.labels.ruleop\\.io/action} {.metadata.annotations.ruleop\\.io/idempotency-key}{\"\\n\"}{end}",
-    ]);
-    if !out.status.success() {
-        return None;
-    }
+    let fields = "{.metadata.name} {.metadata.labels.app} {.metadata.labels.ruleop\\.io/action} \
+                  {.metadata.annotations.ruleop\\.io/idempotency-key}";
     Some(
-        String::from_utf8_lossy(&out.stdout)
+        action_job_lines(ns, fields)?
             .lines()
             .filter_map(|line| {
                 let mut fields = line.split(' ');
