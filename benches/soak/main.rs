@@ -111,10 +111,12 @@ fn main() {
     let mut last_fault = Instant::now();
     let mut next_sample = Duration::ZERO;
     let mut due = schedule.iter().peekable();
-    let look = |chaos: &mut Chaos, t: f64, converged: &mut Vec<(f64, usize, usize)>| -> Option<Verdict> {
+    let mut stretches = Stretches::default();
+    let mut look = |chaos: &mut Chaos, t: f64, converged: &mut Vec<(f64, usize, usize)>| -> Option<Verdict> {
         let (all, jobs) = (parents(chaos.ns)?, jobs(chaos.ns)?);
         let v = verdict(chaos.ledger, &all, &jobs);
         converged.push((t, v.converged, v.parents));
+        stretches.saw(t, &v.unconverged);
         Some(v)
     };
     while start.elapsed() < window {
@@ -200,6 +202,7 @@ fn main() {
     let last =
         last.unwrap_or_else(|| look(&mut chaos, start.elapsed().as_secs_f64(), &mut converged).unwrap_or_default());
     let gone = chaos.gone;
+    let longest = stretches.longest(start.elapsed().as_secs_f64());
     let reloaded = services_reloaded(&ns.0, reloads);
     let (running, ready) = (fleet.all_running(), fleet.all_ready());
     let logs = fleet.logs();
@@ -217,6 +220,7 @@ fn main() {
         last_fault: last_fault.duration_since(start).as_secs_f64(),
         converged_after,
         late: late.unwrap_or_default(),
+        longest,
         bound: settings.converge_within,
         reloads,
         reloaded,
@@ -235,6 +239,43 @@ fn main() {
     std::fs::write(base.with_extension("svg"), report::svg(&outcome)).expect("write the picture");
     println!("soak: wrote {}.{{md,svg}}", base.display());
     drop(fleet);
+}
+
+/// How long each parent has been seen unconverged, from the first look that saw it so to the
+/// first that saw it converged again.
+#[derive(Default)]
+struct Stretches {
+    since: std::collections::BTreeMap<String, f64>,
+    /// The longest stretch that ended: seconds and parent.
+    longest: Option<(f64, String)>,
+}
+
+impl Stretches {
+    fn saw(&mut self, t: f64, unconverged: &[String]) {
+        let now: std::collections::BTreeSet<&String> = unconverged.iter().collect();
+        let ended: Vec<String> = self.since.keys().filter(|name| !now.contains(name)).cloned().collect();
+        for name in ended {
+            let began = self.since.remove(&name).unwrap_or(t);
+            self.note(t - began, name);
+        }
+        for name in now {
+            self.since.entry(name.clone()).or_insert(t);
+        }
+    }
+
+    fn note(&mut self, secs: f64, name: String) {
+        if self.longest.as_ref().is_none_or(|(longest, _)| secs > *longest) {
+            self.longest = Some((secs, name));
+        }
+    }
+
+    /// The longest stretch, counting the ones still open at `t`.
+    fn longest(mut self, t: f64) -> Option<(f64, String)> {
+        for (name, began) in std::mem::take(&mut self.since) {
+            self.note(t - began, name);
+        }
+        self.longest
+    }
 }
 
 /// Marks the latest stall as ended at `t`.
@@ -261,6 +302,26 @@ fn command_line(program: &str, args: &[&str]) -> String {
         .output()
         .map(|o| text(&o.stdout).trim().to_owned())
         .unwrap_or_default()
+}
+
+/// Whether this run had the size and intervals, said plainly.
+fn scale(settings: &Settings) -> String {
+    let defaults: Vec<(String, String)> = Settings::defaults().describe();
+    let changed: Vec<String> = settings
+        .describe()
+        .into_iter()
+        .zip(defaults)
+        .filter(|((_, value), (_, default))| value != default)
+        .map(|((name, value), (_, default))| format!("`{name}` {value} (default {default})"))
+        .collect();
+    if changed.is_empty() {
+        "Size: the issue's run (60 min of faults, 1,000 parents, the issue's intervals).".to_owned()
+    } else {
+        format!(
+            "Size: **not the issue's run** (60 min of faults over 1,000 parents at the issue's intervals); changed: {}.",
+            changed.join(", ")
+        )
+    }
 }
 
 /// What ran, where and how: the report's header.
@@ -290,6 +351,8 @@ fn header(settings: &Settings, seed: u64, load_before: String, initial: Duration
             spread.as_secs_f64(),
             initial.as_secs_f64()
         ),
+        String::new(),
+        scale(settings),
         String::new(),
         "| setting | value |".to_owned(),
         "|---|---|".to_owned(),

@@ -32,6 +32,8 @@ pub struct Outcome {
     pub converged_after: Option<Duration>,
     /// Parents (unconverged, or missing a backup) still waiting when the bound had passed.
     pub late: Vec<String>,
+    /// The longest any parent was seen unconverged (seconds, parent), faults or not.
+    pub longest: Option<(f64, String)>,
     pub bound: Duration,
     pub reloads: u64,
     /// Services carrying the last reload's value, of all Services.
@@ -146,6 +148,14 @@ pub fn markdown(o: &Outcome) -> String {
                 o.bound.as_secs(),
                 verdict(o.converged_after.is_some_and(|d| d <= o.bound))
             ),
+        ),
+        (
+            "longest a parent was seen unconverged (between samples; storms and stalls make some wait by design)"
+                .into(),
+            o.longest
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |(secs, name)| format!("{secs:.0} s ({name})")),
+            "reported".into(),
         ),
         (
             format!("Services carrying the last reload's value ({} reloads)", o.reloads),

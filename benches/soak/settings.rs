@@ -51,9 +51,9 @@ pub struct Settings {
     pub out: std::path::PathBuf,
 }
 
-fn number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(text) if !text.trim().is_empty() => text
+fn number<T: std::str::FromStr>(var: &dyn Fn(&str) -> Option<String>, name: &str, default: T) -> T {
+    match var(name) {
+        Some(text) if !text.trim().is_empty() => text
             .trim()
             .parse()
             .unwrap_or_else(|_| panic!("{name}={text:?} is not a number")),
@@ -61,8 +61,8 @@ fn number<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
-fn span(name: &str, lo: u64, hi: u64) -> Span {
-    let Ok(text) = std::env::var(name) else {
+fn span(var: &dyn Fn(&str) -> Option<String>, name: &str, lo: u64, hi: u64) -> Span {
+    let Some(text) = var(name) else {
         return Span { lo, hi };
     };
     let parse = |part: &str| -> u64 {
@@ -90,26 +90,35 @@ fn span(name: &str, lo: u64, hi: u64) -> Span {
 impl Settings {
     /// The settings from the environment, with the intervals as defaults.
     pub fn from_env() -> Self {
+        Self::read(|name| std::env::var(name).ok())
+    }
+
+    /// The defaults: the run.
+    pub fn defaults() -> Self {
+        Self::read(|_| None)
+    }
+
+    fn read(var: impl Fn(&str) -> Option<String>) -> Self {
         let seed = ["SOAK_SEED", "RULEOP_TEST_SEED"]
             .iter()
-            .find_map(|name| std::env::var(name).ok().filter(|s| !s.is_empty()))
+            .find_map(|name| var(name).filter(|s| !s.is_empty()))
             .map(|s| s.parse().unwrap_or_else(|_| panic!("the seed {s:?} is not a number")));
         Settings {
-            minutes: number("SOAK_MINUTES", 60.0),
-            parents: number("SOAK_PARENTS", 1000),
+            minutes: number(&var, "SOAK_MINUTES", 60.0),
+            parents: number(&var, "SOAK_PARENTS", 1000),
             seed,
-            kill_every: span("SOAK_KILL_EVERY", 30, 120),
-            apiserver_every: span("SOAK_APISERVER_EVERY", 300, 600),
-            apiserver_down: span("SOAK_APISERVER_DOWN", 2, 10),
-            storm_every: span("SOAK_STORM_EVERY", 20, 60),
-            reload_every: span("SOAK_RELOAD_EVERY", 600, 600),
-            stall_every: span("SOAK_STALL_EVERY", 120, 300),
-            stall_for: span("SOAK_STALL_FOR", 5, 30),
-            compact_every: span("SOAK_COMPACT_EVERY", 120, 300),
-            sample_every: Duration::from_secs(number("SOAK_SAMPLE_S", 10)),
+            kill_every: span(&var, "SOAK_KILL_EVERY", 30, 120),
+            apiserver_every: span(&var, "SOAK_APISERVER_EVERY", 300, 600),
+            apiserver_down: span(&var, "SOAK_APISERVER_DOWN", 2, 10),
+            storm_every: span(&var, "SOAK_STORM_EVERY", 20, 60),
+            reload_every: span(&var, "SOAK_RELOAD_EVERY", 600, 600),
+            stall_every: span(&var, "SOAK_STALL_EVERY", 120, 300),
+            stall_for: span(&var, "SOAK_STALL_FOR", 5, 30),
+            compact_every: span(&var, "SOAK_COMPACT_EVERY", 120, 300),
+            sample_every: Duration::from_secs(number(&var, "SOAK_SAMPLE_S", 10)),
             converge_within: Duration::from_secs(30),
-            settle: Duration::from_secs(number("SOAK_SETTLE_S", 300)),
-            out: std::env::var_os("SOAK_OUT").map_or_else(|| "bench/results".into(), Into::into),
+            settle: Duration::from_secs(number(&var, "SOAK_SETTLE_S", 300)),
+            out: var("SOAK_OUT").map_or_else(|| "bench/results".into(), Into::into),
         }
     }
 
