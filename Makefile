@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test unit bench measure-memory measure-writes measure-unsharded measure-console check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin helm chromium
+.PHONY: demo test unit bench soak measure-memory measure-writes measure-unsharded measure-console check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin helm chromium
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -25,6 +25,9 @@ reference:       ## regenerate docs/reference/cli.md (from clap) and docs/refere
 
 bench:           ## convergence benchmark: ruleop vs a floor, kopf and kro (BENCH_N=100,1000; BENCH_N=10000 for the large run); see bench/README.md
 	bench/run.sh
+
+soak:            ## chaos soak (issue 29): SOAK_MINUTES (60) of faults over SOAK_PARENTS (1000) Databases, 3 sharded replicas; SOAK_SEED replays; bench/README.md
+	cargo bench --locked --bench soak $(if $(SOAK_PROFILE),--profile $(SOAK_PROFILE))
 
 measure-memory:  ## the operator's RSS over MEMORY_N (default 1000) converged Databases, and after a restart (a measurement, not a test)
 	MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 cargo bench --locked --bench memory

@@ -23,10 +23,15 @@ const SHORT_LEASES: [&str; 6] = [
 /// A replica with the shipped templates, its leases in `ns` with the short test timing
 /// ([`LEASE`]), and `extra` flags (`--leader-elect`, `--shards 12`).
 pub fn replica(rules: &Path, ns: &str, extra: &[&str]) -> Operator {
+    Operator::start_with(rules, &templates(), ns, &replica_flags(ns, extra))
+}
+
+/// The flags of a [`replica`]: its leases in `ns` with the short test timing, then `extra`.
+pub fn replica_flags<'a>(ns: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut flags = vec!["--lease-namespace", ns];
     flags.extend(SHORT_LEASES);
     flags.extend(extra);
-    Operator::start_with(rules, &templates(), ns, &flags)
+    flags
 }
 
 /// `count` Databases `db-0`, `db-1`, ... with `replicas` and backups enabled, as one YAML stream.
@@ -125,22 +130,33 @@ impl Operator {
 
 /// Action Jobs in `ns` by (parent, action id), from their `app` and `ruleop.io/action` labels.
 pub fn jobs_per_parent_and_action(ns: &str) -> BTreeMap<(String, String), usize> {
-    let out = kubectl_ok(&[
-        "get",
-        "jobs",
-        "-n",
-        ns,
-        "-l",
-        "ruleop.io/action",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.labels.app} {.metadata.labels.ruleop\\.io/action}{\"\\n\"}{end}",
-    ]);
+    let out =
+        action_job_lines(ns, "{.metadata.labels.app} {.metadata.labels.ruleop\\.io/action}").expect("kubectl get jobs");
     let mut counts = BTreeMap::new();
     for line in out.lines().filter(|l| !l.is_empty()) {
         let (app, action) = line.split_once(' ').unwrap_or((line, ""));
         *counts.entry((app.to_owned(), action.to_owned())).or_insert(0) += 1;
     }
     counts
+}
+
+/// The action Jobs of `ns` (label `ruleop.io/action`), one line each of the JSONPath `fields`;
+/// `None` when the API server does not answer (it may be restarting).
+pub fn action_job_lines(ns: &str, fields: &str) -> Option<String> {
+    let out = super::kubectl(&[
+        "get",
+        "jobs",
+        "-n",
+        ns,
+        "-l",
+        "ruleop.io/action",
+        "--request-timeout=20s",
+        "-o",
+        &format!("jsonpath={{range .items[*]}}{fields}{{\"\\n\"}}{{end}}"),
+    ]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Action Jobs in `ns` per parent, from their `app` label.

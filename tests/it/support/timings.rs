@@ -10,12 +10,22 @@ pub struct RandomTimings {
 impl RandomTimings {
     /// The timings of `test`, its seed printed.
     pub fn new(test: &str) -> Self {
-        let seed = std::env::var("RULEOP_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
+        Self::with_seed(test, None)
+    }
+
+    /// Like [`RandomTimings::new`], with `seed` taking precedence over `RULEOP_TEST_SEED` (a
+    /// harness's own variable, such as the soak's `SOAK_SEED`).
+    pub fn with_seed(test: &str, seed: Option<u64>) -> Self {
+        let seed = seed
+            .or_else(|| std::env::var("RULEOP_TEST_SEED").ok().and_then(|s| s.parse().ok()))
             .unwrap_or_else(clock_seed);
         eprintln!("{test}: RULEOP_TEST_SEED={seed}");
         RandomTimings { seed, round: 0 }
+    }
+
+    /// The seed that replays this sequence.
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// The next value below `limit` (splitmix64 of the seed and the round).
@@ -37,7 +47,8 @@ fn clock_seed() -> u64 {
 #[test]
 fn one_seed_gives_one_sequence() {
     let mut a = RandomTimings { seed: 42, round: 0 };
-    let mut b = RandomTimings { seed: 42, round: 0 };
+    let mut b = RandomTimings::with_seed("one_seed_gives_one_sequence", Some(42));
+    assert_eq!(b.seed(), 42, "a harness's own seed comes first");
     let first: Vec<u64> = (0..5).map(|_| a.below(1_000)).collect();
     assert_eq!(first, (0..5).map(|_| b.below(1_000)).collect::<Vec<_>>());
     assert!(first.iter().all(|v| *v < 1_000));
