@@ -666,6 +666,13 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
         )),
         None => out.push_str("# (none: status already up to date)\n"),
     }
+    if rule.rollout.is_some() && rule.revision.is_none() {
+        out.push_str(&format!(
+            "# status.{}: the number of the revision in force, with the next write that changes this parent \
+             (ruleop run numbers revisions; see ruleop rollout history, or render --revision)\n",
+            plan::REVISION_FIELD
+        ));
+    }
     for warning in &plan.warnings {
         let line = format!(
             "warning event {} ({} turned False): {}",

@@ -57,9 +57,10 @@ impl RevisionStore {
 
     /// Records the revision in force of every rule of `set`: a rule whose files differ from its
     /// latest revision gets the next one, kept in a new ConfigMap, and revisions beyond the last
-    /// `keep` are deleted. Returns, for `ruleop-status`, one line per rule: `database: 3`, or why
+    /// `keep` are deleted. Each rule is stamped with its number ([`crate::engine::rules::Rule::revision`]).
+    /// Returns, for `ruleop-status`, one line per rule: `database: 3`, or why
     /// its revision is not kept. Failures are reported there and logged; the rules keep running.
-    pub(crate) async fn record(&mut self, set: &RuleSet) -> String {
+    pub(crate) async fn record(&mut self, set: &mut RuleSet) -> String {
         if self.known.is_none() {
             match self.read_back().await {
                 Ok(known) => self.known = Some(known),
@@ -70,7 +71,7 @@ impl RevisionStore {
             }
         }
         let mut lines = Vec::new();
-        for rule in &set.rules {
+        for rule in &mut set.rules {
             let now = jiff::Timestamp::now();
             let latest = self
                 .known
@@ -82,6 +83,7 @@ impl RevisionStore {
                 None => Revision::first(&rule.files, now),
                 Some(latest) => match latest.next(&rule.files, now) {
                     None => {
+                        rule.revision = Some(latest.number);
                         lines.push(format!("{}: {}", rule.name, latest.number));
                         continue;
                     }
@@ -100,6 +102,7 @@ impl RevisionStore {
                     format!("{}: {} (not kept: {e})", rule.name, revision.number)
                 }
             };
+            rule.revision = Some(revision.number);
             // Known even when not kept, so the next revision gets the next number.
             if let Some(known) = self.known.as_mut() {
                 known

@@ -66,6 +66,9 @@ async fn previous_set(revisions: &RevisionStore, rule: &str, number: u64, kinds:
     };
     let mut set = load_sources(&files("templates/"), &files("rules/")).map_err(|d| d.to_string())?;
     set.rules.retain(|r| r.name == rule);
+    for kept in &mut set.rules {
+        kept.revision = Some(number);
+    }
     crate::runtime::run::check_scopes(&mut set, kinds).map_err(|e| e.to_string())?;
     Ok(set)
 }

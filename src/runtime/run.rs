@@ -171,6 +171,10 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
             }
         }
     }
+    // Recorded once this replica leads (a standby writes nothing), and before the set is
+    // shared: each rule carries its revision number into the parents' status.
+    let mut revisions = RevisionStore::new(client.clone(), &settings.status_namespace, settings.keep_revisions);
+    let revisions_in_force = revisions.record(&mut set).await;
     let (rollouts, mut halts) = Rollouts::new();
     let shared = Arc::new(Shared {
         rollouts,
@@ -186,12 +190,6 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         egress_deny: egress_deny(&settings.egress_deny).await,
     });
     let (set, kinds) = shared.snapshot();
-    let mut revisions = RevisionStore::new(
-        shared.client.clone(),
-        &settings.status_namespace,
-        settings.keep_revisions,
-    );
-    let revisions_in_force = revisions.record(&set).await;
     let mut rollout_report = RolloutReport::new(shared.client.clone(), &settings.status_namespace);
     // Before any controller starts: no parent is reconciled under the wrong revision meanwhile.
     crate::runtime::rollout_resume::resume(&shared.rollouts, &set, &kinds, &revisions, &mut rollout_report).await;
@@ -588,7 +586,7 @@ impl Reloader {
             .iter()
             .map(|r| (r.name.clone(), self.revisions.latest(&r.name)))
             .collect();
-        self.status.revisions = self.revisions.record(&set).await;
+        self.status.revisions = self.revisions.record(&mut set).await;
         let staged = rollout::stage(&self.shared.rollouts, &current_set, &set, |rule| {
             (before.get(rule).copied().unwrap_or(0), self.revisions.latest(rule))
         });

@@ -170,6 +170,18 @@ fn services_by_edition(ns: &str, edition: u32) -> (usize, usize) {
     (new, editions.iter().filter(|e| e.is_none()).count())
 }
 
+/// How many Databases in `ns` record each revision in `status.ruleopRevision` (`0`: none).
+fn databases_by_revision(ns: &str) -> BTreeMap<u64, usize> {
+    let listed: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", "databases", "-n", ns, "-o", "json"])).expect("JSON");
+    let mut counts = BTreeMap::new();
+    for database in listed["items"].as_array().expect("items") {
+        let revision = database["status"]["ruleopRevision"].as_u64().unwrap_or(0);
+        *counts.entry(revision).or_default() += 1;
+    }
+    counts
+}
+
 /// The shipped rules with `database` rolled out 10% with `pause`, then 100%.
 fn staged_database_rules(pause: Duration) -> Vec<(String, String)> {
     files_under(&root().join("rules"))
@@ -277,6 +289,9 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
     wait_until(Duration::from_secs(60), "20 Services", || {
         services_by_edition(&ns.0, 1).1 == 20
     });
+    wait_until(Duration::from_secs(30), "20 Databases recording revision 1", || {
+        databases_by_revision(&ns.0) == BTreeMap::from([(1, 20)])
+    });
 
     let mark = AuditMark::now();
     let edited = Instant::now();
@@ -285,16 +300,26 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
         services_by_edition(&ns.0, 1).0 == 2
     });
     let first_two = edited.elapsed();
+    // The moved parents' status names the revision that changed them, in the same reconcile.
+    wait_until(Duration::from_secs(30), "2 Databases recording revision 2", || {
+        databases_by_revision(&ns.0).get(&2) == Some(&2)
+    });
     let mut polls = 0;
     wait_until(pause + Duration::from_secs(30), "the first step's pause to end", || {
         // The Services first: the step is recorded before any parent of the next step moves,
         // so a state read afterwards that still says step 1 means they were read during it.
         let (new, old) = services_by_edition(&ns.0, 1);
+        let recorded = databases_by_revision(&ns.0);
         if rollout_state(&ns.0, "database").contains("step: 2 of 2") {
             return true;
         }
         // Until the next step begins, by the API server's objects: 2 new and 18 old.
         assert_eq!((new, old), (2, 18), "during the first step's pause");
+        assert_eq!(
+            recorded,
+            BTreeMap::from([(1, 18), (2, 2)]),
+            "status.ruleopRevision during the first step's pause"
+        );
         polls += 1;
         false
     });
@@ -316,7 +341,10 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
         "the audit log to show the staged writes",
         || service_writes(&mark) >= 20,
     );
-    let staged = mark.ruleop_writes(&ns.0, PARENT_AND_CHILDREN).len();
+    wait_until(Duration::from_secs(30), "20 Databases recording revision 2", || {
+        databases_by_revision(&ns.0) == BTreeMap::from([(2, 20)])
+    });
+    let staged = mark.ruleop_writes(&ns.0, PARENT_AND_CHILDREN);
 
     // The same edit unstaged: the shipped rules (no rollout), then the next edition.
     rules.swap(&files_under(&root().join("rules")));
@@ -333,11 +361,29 @@ fn a_staged_rollout_moves_ten_percent_of_the_databases_until_the_pause_ends_then
         "the audit log to show the unstaged writes",
         || service_writes(&unstaged_mark) >= 20,
     );
-    let unstaged = unstaged_mark.ruleop_writes(&ns.0, PARENT_AND_CHILDREN).len();
-    eprintln!("writes to the parents and their children: staged rollout {staged}, unstaged reload {unstaged}");
+    let unstaged = unstaged_mark.ruleop_writes(&ns.0, PARENT_AND_CHILDREN);
+    let status_writes = |writes: &[crate::support::audit::AuditedWrite]| {
+        writes.iter().filter(|w| w.resource == "databases/status").count()
+    };
+    eprintln!(
+        "writes to the parents and their children: staged rollout {} ({} status), unstaged reload {} ({} status)",
+        staged.len(),
+        status_writes(&staged),
+        unstaged.len(),
+        status_writes(&unstaged)
+    );
+    // What recording the revision costs: one status write per parent whose children it changed
+    // (the Service edit changes no status), beside the children's writes an unstaged reload makes.
     assert_eq!(
-        staged, unstaged,
-        "a staged rollout writes what an unstaged reload writes"
+        staged.len() - status_writes(&staged),
+        unstaged.len() - status_writes(&unstaged),
+        "a staged rollout writes the children an unstaged reload writes"
+    );
+    assert_eq!(
+        status_writes(&staged),
+        status_writes(&unstaged) + 20,
+        "one status write per moved Database records its revision:{}",
+        crate::support::audit::listing(&staged)
     );
 }
 
