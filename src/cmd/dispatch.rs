@@ -91,10 +91,17 @@ pub fn main() -> ExitCode {
             show,
             rule,
             status_namespace,
+            wait,
         } => {
+            use crate::cmd::cli::RolloutShow;
+            use crate::cmd::rollout::Show;
+            use crate::engine::rollout::control::Command as Ask;
             let show = match show {
-                crate::cmd::cli::RolloutShow::Status => crate::cmd::rollout::Show::Status,
-                crate::cmd::cli::RolloutShow::History => crate::cmd::rollout::Show::History,
+                RolloutShow::Status => Show::Status,
+                RolloutShow::History => Show::History,
+                RolloutShow::Pause => Show::Ask(Ask::Pause, wait),
+                RolloutShow::Resume => Show::Ask(Ask::Resume, wait),
+                RolloutShow::Undo => Show::Ask(Ask::Undo, wait),
             };
             return ExitCode::from(crate::cmd::rollout::command(show, rule.as_deref(), &status_namespace));
         }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::cache::discovery::Kinds;
+use crate::engine::rollout::policy::Rollout;
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::{SourceFile, load_sources};
 use crate::runtime::revisions::RevisionStore;
@@ -25,25 +26,25 @@ pub(crate) async fn resume(
     report: &mut RolloutReport,
 ) {
     for (name, text) in report.read_back().await {
-        let (Some(rule), Some((state, started_at))) = (set.rule(&name), recorded(&text)) else {
+        let (Some(rule), Some(read)) = (set.rule(&name), recorded(&text)) else {
             continue;
         };
-        let Some(policy) = &rule.rollout else {
-            continue;
-        };
-        if state.to != revisions.latest(&name) {
+        // An undone rule without `spec.rollout` stays undone too.
+        let policy = rule.rollout.clone().unwrap_or_else(Rollout::all_at_once);
+        if read.state.to != revisions.latest(&name) {
             // The files moved on while no operator ran: they came into force unstaged.
             continue;
         }
-        match previous_set(revisions, &name, state.from, kinds).await {
+        let from = read.state.from;
+        match previous_set(revisions, &name, from, kinds).await {
             Ok(previous) => {
-                let staging = Staging::resumed(Arc::new(previous), policy.clone(), state, started_at);
+                let staging = Staging::resumed(Arc::new(previous), policy, read);
                 info!(rule = %name, state = %staging.describe(), "staged rollout resumed");
                 rollouts.start(&name, staging);
             }
             Err(e) => warn!(
                 rule = %name,
-                revision = state.from,
+                revision = from,
                 error = %e,
                 "cannot resume the staged rollout: the previous revision does not load; every parent is on the revision in force"
             ),
@@ -52,7 +53,12 @@ pub(crate) async fn resume(
 }
 
 /// The rule set of a kept revision: its rule file and templates, loaded as at the time.
-async fn previous_set(revisions: &RevisionStore, rule: &str, number: u64, kinds: &Kinds) -> Result<RuleSet, String> {
+pub(crate) async fn previous_set(
+    revisions: &RevisionStore,
+    rule: &str,
+    number: u64,
+    kinds: &Kinds,
+) -> Result<RuleSet, String> {
     let record = revisions.read_record(rule, number).await?;
     let files = |prefix: &str| -> Vec<SourceFile> {
         record

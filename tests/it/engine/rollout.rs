@@ -46,7 +46,8 @@ fn kept_revisions(ns: &str, rule: &str) -> Vec<(u64, Vec<String>)> {
     kept
 }
 
-/// `ruleop rollout <args> --status-namespace <ns>` against the control plane: exit code, stdout.
+/// `ruleop rollout <args> --status-namespace <ns>` against the control plane: exit code, stdout
+/// then stderr.
 fn rollout_command(ns: &str, args: &[&str]) -> (Option<i32>, String) {
     let out = std::process::Command::new(binary())
         .arg("rollout")
@@ -55,7 +56,7 @@ fn rollout_command(ns: &str, args: &[&str]) -> (Option<i32>, String) {
         .env("KUBECONFIG", &control_plane().kubeconfig)
         .output()
         .expect("ruleop runs");
-    (out.status.code(), text(&out.stdout))
+    (out.status.code(), text(&out.stdout) + &text(&out.stderr))
 }
 
 fn revisions_line(ns: &str) -> String {
@@ -560,5 +561,151 @@ fn a_change_that_makes_moved_parents_unready_halts_the_rollout_and_the_others_ar
         "{status}"
     );
     eprintln!("edit -> halted at the first step in {halted:?}:\n{state}");
+    kind.uninstall();
+}
+
+/// How many Shops in `ns` record each revision in `status.ruleopRevision` (`0`: none).
+fn shops_by_revision(kind: &CustomKind, ns: &str) -> BTreeMap<u64, usize> {
+    let listed: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
+    let mut counts = BTreeMap::new();
+    for shop in listed["items"].as_array().expect("items") {
+        *counts
+            .entry(shop["status"]["ruleopRevision"].as_u64().unwrap_or(0))
+            .or_default() += 1;
+    }
+    counts
+}
+
+/// How many shop ConfigMaps in `ns` have each edition.
+fn editions(ns: &str) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for edition in config_maps(ns).1.into_values() {
+        *counts.entry(edition).or_default() += 1;
+    }
+    counts
+}
+
+fn counts(entries: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    entries.iter().map(|(e, n)| ((*e).to_owned(), *n)).collect()
+}
+
+#[test]
+fn pause_holds_a_rollout_at_its_step_resume_lets_it_finish_and_undo_puts_every_parent_back() {
+    let kind = CustomKind::new("rollout-ctl", "Shop");
+    kind.install();
+    let ns = Namespace::new("rollout-ctl");
+    let pause = Duration::from_secs(8);
+    let rules = Mount::new(&shop_rule(&kind, pause, ""));
+    let mut templates = Mount::new(&shop_template(1, "yes"));
+    let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    twenty_ready_shops(&kind, &ns.0);
+
+    // Located refusals, before anything is asked of the operator.
+    let (code, out) = rollout_command(&ns.0, &["pause", "nosuch"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("rule \"nosuch\" is not in force") && out.contains("shop"),
+        "{out}"
+    );
+    let (code, out) = rollout_command(&ns.0, &["pause", "shop"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("no rollout is in progress"), "{out}");
+    let (code, out) = rollout_command(&ns.0, &["undo", "shop"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("no revision before 1 is kept"), "{out}");
+
+    templates.swap(&shop_template(2, "yes"));
+    wait_until(Duration::from_secs(30), "2 ConfigMaps of the new template", || {
+        editions(&ns.0).get("2") == Some(&2)
+    });
+    let paused_at = Instant::now();
+    let (code, out) = rollout_command(&ns.0, &["pause", "shop"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("phase: Halted") && out.contains("note: paused by ruleop rollout pause"),
+        "{out}"
+    );
+    // Past the end of the first step's pause, by the API server's objects: still 2 and 18.
+    wait_until(
+        pause + Duration::from_secs(30),
+        "the first step's pause to have ended",
+        || {
+            assert_eq!(editions(&ns.0), counts(&[("1", 18), ("2", 2)]), "while paused");
+            paused_at.elapsed() > pause + Duration::from_secs(2)
+        },
+    );
+    let state = rollout_state(&ns.0, "shop");
+    assert!(
+        state.contains("step: 1 of 2") && state.contains("phase: Halted"),
+        "{state}"
+    );
+    let (code, out) = rollout_command(&ns.0, &["status", "shop"]);
+    assert_eq!(code, Some(0), "a paused rollout is not a failure: {out}");
+
+    let (code, out) = rollout_command(&ns.0, &["resume"]);
+    assert_eq!(code, Some(0), "the one rollout in progress: {out}");
+    assert!(
+        out.contains("phase: Progressing") && out.contains("note: resumed"),
+        "{out}"
+    );
+    wait_until(
+        pause + Duration::from_secs(30),
+        "every ConfigMap on the new template",
+        || editions(&ns.0) == counts(&[("2", 20)]),
+    );
+    wait_until(Duration::from_secs(30), "the rollout to complete", || {
+        rollout_state(&ns.0, "shop").contains("phase: Complete")
+    });
+    wait_until(Duration::from_secs(30), "20 Shops recording revision 2", || {
+        shops_by_revision(&kind, &ns.0) == BTreeMap::from([(2, 20)])
+    });
+    let (code, out) = rollout_command(&ns.0, &["resume", "shop"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("no rollout is in progress"), "{out}");
+
+    // Undo with no rollout in progress: revision 1 again, by the API server's objects.
+    let (code, out) = rollout_command(&ns.0, &["undo", "shop"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("from: 1\nto: 2") || out.contains("from: 1\n  to: 2"),
+        "{out}"
+    );
+    assert!(
+        out.contains("phase: RolledBack") && out.contains("note: undone"),
+        "{out}"
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "every ConfigMap back on the first template",
+        || editions(&ns.0) == counts(&[("1", 20)]),
+    );
+    wait_until(Duration::from_secs(30), "20 Shops recording revision 1", || {
+        shops_by_revision(&kind, &ns.0) == BTreeMap::from([(1, 20)])
+    });
+    let requests = kubectl_ok(&[
+        "get",
+        "configmaps",
+        "-n",
+        &ns.0,
+        "-l",
+        "ruleop.io/rollout-request",
+        "-o",
+        "name",
+    ]);
+    assert!(requests.trim().is_empty(), "every request was let go: {requests}");
+
+    // Until the files change again: the next edit rolls out from the undone-to revision.
+    templates.swap(&shop_template(3, "yes"));
+    wait_until(Duration::from_secs(30), "2 ConfigMaps of the third template", || {
+        editions(&ns.0).get("3") == Some(&2)
+    });
+    let state = rollout_state(&ns.0, "shop");
+    assert!(state.contains("from: 1\nto: 3"), "{state}");
+    assert_eq!(
+        editions(&ns.0),
+        counts(&[("1", 18), ("3", 2)]),
+        "the unmoved parents stay on the revision undo put them on"
+    );
     kind.uninstall();
 }
