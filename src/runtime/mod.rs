@@ -3,6 +3,7 @@
 pub(crate) mod clock;
 pub(crate) mod controller;
 pub(crate) mod housekeeping;
+pub(crate) mod pins;
 pub(crate) mod queue;
 pub(crate) mod reload;
 pub(crate) mod revisions;

@@ -31,6 +31,22 @@ pub(crate) struct RevisionStore {
     known: Option<BTreeMap<String, BTreeMap<u64, Revision>>>,
 }
 
+/// The kept record of revision `number` of `rule`, with its files, from the ConfigMaps `api`.
+pub(crate) async fn read_record(api: &Api<ConfigMap>, rule: &str, number: u64) -> Result<Record, String> {
+    let config_map = api
+        .get(&config_map_name(rule, number))
+        .await
+        .map_err(|e| e.to_string())?;
+    let record = Record::from_data(&config_map.data.unwrap_or_default()).map_err(|e| e.to_string())?;
+    if record.rule != rule || record.revision.number != number {
+        return Err(format!(
+            "it holds revision {} of rule {:?}",
+            record.revision.number, record.rule
+        ));
+    }
+    Ok(record)
+}
+
 /// The ConfigMap name of a rule's revision.
 pub(crate) fn config_map_name(rule: &str, number: u64) -> String {
     format!("ruleop-rev-{rule}-{number}")
@@ -116,21 +132,18 @@ impl RevisionStore {
         lines.join("\n")
     }
 
-    /// The kept record of revision `number` of `rule`, with its files.
-    pub(crate) async fn read_record(&self, rule: &str, number: u64) -> Result<Record, String> {
-        let config_map = self
-            .api
-            .get(&config_map_name(rule, number))
-            .await
-            .map_err(|e| e.to_string())?;
-        let record = Record::from_data(&config_map.data.unwrap_or_default()).map_err(|e| e.to_string())?;
-        if record.rule != rule || record.revision.number != number {
-            return Err(format!(
-                "it holds revision {} of rule {:?}",
-                record.revision.number, record.rule
-            ));
-        }
-        Ok(record)
+    /// The ConfigMaps of the status namespace, where the revisions are kept.
+    pub(crate) fn config_maps(&self) -> &Api<ConfigMap> {
+        &self.api
+    }
+
+    /// The revision numbers of each rule whose records this process knows to be kept.
+    pub(crate) fn kept(&self) -> BTreeMap<String, std::collections::BTreeSet<u64>> {
+        self.known
+            .iter()
+            .flatten()
+            .map(|(rule, kept)| (rule.clone(), kept.keys().copied().collect()))
+            .collect()
     }
 
     /// Every readable revision record in the namespace, by rule and number. A record that does

@@ -318,10 +318,7 @@ pub(crate) fn stage(
         if old.digest == rule.digest {
             continue;
         }
-        let same_kinds = old.spec.watch.api_version == rule.spec.watch.api_version
-            && old.spec.watch.kind == rule.spec.watch.kind
-            && old.owned_kinds() == rule.owned_kinds()
-            && old.lookup_kinds() == rule.lookup_kinds();
+        let same_kinds = crate::runtime::pins::same_kinds(old, rule);
         let under_way = rollouts
             .get(&rule.name)
             .filter(|s| matches!(s.state().phase, Phase::Progressing | Phase::Halted | Phase::RolledBack));

@@ -7,6 +7,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
 use tracing::{info, warn};
 
 use crate::cache::discovery::Kinds;
@@ -36,7 +38,7 @@ pub(crate) async fn resume(
             continue;
         }
         let from = read.state.from;
-        match previous_set(revisions, &name, from, kinds).await {
+        match previous_set(revisions.config_maps(), &name, from, kinds).await {
             Ok(previous) => {
                 let staging = Staging::resumed(Arc::new(previous), policy, read);
                 info!(rule = %name, state = %staging.describe(), "staged rollout resumed");
@@ -52,14 +54,15 @@ pub(crate) async fn resume(
     }
 }
 
-/// The rule set of a kept revision: its rule file and templates, loaded as at the time.
+/// The rule set of a kept revision (from the ConfigMaps `kept`): its rule file and templates,
+/// loaded as at the time, stamped with its number.
 pub(crate) async fn previous_set(
-    revisions: &RevisionStore,
+    kept: &Api<ConfigMap>,
     rule: &str,
     number: u64,
     kinds: &Kinds,
 ) -> Result<RuleSet, String> {
-    let record = revisions.read_record(rule, number).await?;
+    let record = crate::runtime::revisions::read_record(kept, rule, number).await?;
     let files = |prefix: &str| -> Vec<SourceFile> {
         record
             .contents

@@ -177,8 +177,11 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let mut revisions = RevisionStore::new(client.clone(), &settings.status_namespace, settings.keep_revisions);
     let revisions_in_force = revisions.record(&mut set).await;
     let (rollouts, mut halts) = Rollouts::new();
+    let pins = crate::runtime::pins::Pins::new(client.clone(), &settings.status_namespace);
+    pins.set_kept(revisions.kept()).await;
     let shared = Arc::new(Shared {
         rollouts,
+        pins,
         recorder,
         writers,
         client,
@@ -464,9 +467,10 @@ impl Reloader {
             staging.take(next, note);
             return Ok(staging.describe());
         }
-        let previous = crate::runtime::rollout_resume::previous_set(&self.revisions, rule, next.from, &kinds)
-            .await
-            .map_err(|e| format!("revision {} does not load: {e}", next.from))?;
+        let previous =
+            crate::runtime::rollout_resume::previous_set(self.revisions.config_maps(), rule, next.from, &kinds)
+                .await
+                .map_err(|e| format!("revision {} does not load: {e}", next.from))?;
         let policy = in_force
             .rollout
             .clone()
@@ -667,6 +671,7 @@ impl Reloader {
             .map(|r| (r.name.clone(), self.revisions.latest(&r.name)))
             .collect();
         self.status.revisions = self.revisions.record(&mut set).await;
+        self.shared.pins.set_kept(self.revisions.kept()).await;
         let staged = rollout::stage(&self.shared.rollouts, &current_set, &set, |rule| {
             (before.get(rule).copied().unwrap_or(0), self.revisions.latest(rule))
         });

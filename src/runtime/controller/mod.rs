@@ -62,6 +62,8 @@ pub(crate) struct Shared {
     pub egress_deny: Vec<ipnet::IpNet>,
     /// The staged rollouts under way (`spec.rollout`).
     pub rollouts: crate::runtime::rollout::Rollouts,
+    /// The kept revisions parents may be pinned to, and the pinned ones' rule sets.
+    pub pins: crate::runtime::pins::Pins,
 }
 
 impl Shared {
@@ -86,6 +88,14 @@ pub(crate) enum ReconcileError {
     /// The child or lookup caches have not listed yet (a watch failing, see `/readyz`).
     #[error("the caches of this rule have not synced within {0:?}; retrying")]
     NotSynced(Duration),
+    /// The parent's `ruleop.io/revision` pin cannot be followed (reported on the parent).
+    #[error("{message}")]
+    Pin {
+        /// `InvalidRevisionPin`, `RevisionNotKept` or `RevisionNotServable`.
+        reason: &'static str,
+        /// What is wrong and what to write instead.
+        message: String,
+    },
 }
 
 impl ReconcileError {
@@ -94,6 +104,7 @@ impl ReconcileError {
             ReconcileError::Plan(e) => e.reason(),
             ReconcileError::Apply(e) => e.reason(),
             ReconcileError::NotSynced(_) => "CachesNotSynced",
+            ReconcileError::Pin { reason, .. } => reason,
         }
     }
 }

@@ -709,3 +709,111 @@ fn pause_holds_a_rollout_at_its_step_resume_lets_it_finish_and_undo_puts_every_p
     );
     kind.uninstall();
 }
+
+/// A Shop named `name` in `ns` with `ruleop.io/revision: <pin>`.
+fn pinned_shop(kind: &CustomKind, ns: &str, name: &str, pin: &str) {
+    let object = serde_json::json!({
+        "apiVersion": kind.api_version(),
+        "kind": "Shop",
+        "metadata": {"name": name, "annotations": {"ruleop.io/revision": pin}},
+        "spec": {},
+    });
+    kubectl_with_stdin(&["apply", "-n", ns, "-f", "-"], Some(&object.to_string()));
+}
+
+/// `(status, reason, message)` of Shop `name`'s Ready condition.
+fn shop_ready(kind: &CustomKind, ns: &str, name: &str) -> (String, String, String) {
+    let shop: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, name, "-o", "json"])).expect("JSON");
+    let ready = shop["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+        .unwrap_or_default();
+    let field = |key: &str| ready[key].as_str().unwrap_or_default().to_owned();
+    (field("status"), field("reason"), field("message"))
+}
+
+#[test]
+fn a_parent_pinned_to_a_kept_revision_stays_on_it_and_a_hostile_pin_costs_only_its_parent() {
+    let kind = CustomKind::new("rollout-pin", "Shop");
+    kind.install();
+    let ns = Namespace::new("rollout-pin");
+    let rules = Mount::new(&shop_rule(&kind, Duration::from_secs(1), ""));
+    let mut templates = Mount::new(&shop_template(1, "yes"));
+    let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+    for name in ["free-a", "free-b", "free-c"] {
+        kubectl_with_stdin(&["apply", "-n", &ns.0, "-f", "-"], Some(&kind.object(name, "{}")));
+    }
+    pinned_shop(&kind, &ns.0, "pinned", "1");
+    let huge = "9".repeat(100_000);
+    let hostile = [
+        ("garbage", "latest", "InvalidRevisionPin"),
+        ("negative", "-1", "InvalidRevisionPin"),
+        ("overflow", "18446744073709551616", "InvalidRevisionPin"),
+        ("huge", huge.as_str(), "InvalidRevisionPin"),
+        ("missing", "999", "RevisionNotKept"),
+        ("zero", "0", "RevisionNotKept"),
+    ];
+    for (name, pin, _) in &hostile {
+        pinned_shop(&kind, &ns.0, name, pin);
+    }
+    wait_until(Duration::from_secs(60), "the four good Shops Ready", || {
+        ready_count(&kind, &ns.0) == 4
+    });
+    templates.swap(&shop_template(2, "yes"));
+    wait_until(Duration::from_secs(60), "the rollout of revision 2 to complete", || {
+        rollout_state(&ns.0, "shop").contains("phase: Complete")
+    });
+    wait_until(Duration::from_secs(30), "the free Shops on revision 2", || {
+        let (_, editions) = config_maps(&ns.0);
+        ["free-a-cm", "free-b-cm", "free-c-cm"]
+            .iter()
+            .all(|cm| editions.get(*cm).map(String::as_str) == Some("2"))
+    });
+    // The pinned parent keeps revision 1's template, by the API server's objects, also once the
+    // revision is no longer loaded beside the one in force: its child, deleted after the rollout
+    // ended, is made again from revision 1 served from its kept ConfigMap.
+    assert_eq!(config_maps(&ns.0).1.get("pinned-cm").map(String::as_str), Some("1"));
+    kubectl_ok(&["delete", "configmap", "-n", &ns.0, "pinned-cm"]);
+    wait_until(
+        Duration::from_secs(30),
+        "the pinned Shop's ConfigMap made again",
+        || config_maps(&ns.0).1.contains_key("pinned-cm"),
+    );
+    let (_, editions) = config_maps(&ns.0);
+    assert_eq!(editions.get("pinned-cm").map(String::as_str), Some("1"), "{editions:?}");
+    assert_eq!(
+        shops_by_revision(&kind, &ns.0).get(&1),
+        Some(&1),
+        "the pinned Shop records revision 1"
+    );
+    assert_eq!(shop_ready(&kind, &ns.0, "pinned").0, "True");
+    for (name, _, reason) in &hostile {
+        let (status, got, message) = shop_ready(&kind, &ns.0, name);
+        assert_eq!((status.as_str(), got.as_str()), ("False", *reason), "{name}: {message}");
+        assert!(
+            message.contains("ruleop.io/revision") && message.len() < 400,
+            "{name}: a short message naming the annotation: {message}"
+        );
+        assert!(
+            !editions.contains_key(&format!("{name}-cm")),
+            "{name}: nothing is applied under a pin that cannot be followed"
+        );
+    }
+    let (_, _, message) = shop_ready(&kind, &ns.0, "missing");
+    assert!(message.contains("kept: 1, 2"), "names the kept revisions: {message}");
+
+    // Unpinned, it moves to the revision in force.
+    kubectl_ok(&[
+        "annotate",
+        "-n",
+        &ns.0,
+        &kind.resource(),
+        "pinned",
+        "ruleop.io/revision-",
+    ]);
+    wait_until(Duration::from_secs(30), "the unpinned Shop on revision 2", || {
+        config_maps(&ns.0).1.get("pinned-cm").map(String::as_str) == Some("2")
+    });
+    kind.uninstall();
+}
