@@ -114,6 +114,15 @@ pub enum Command {
         /// The time stamped on changed conditions (RFC 3339; default: now).
         #[arg(long, env = "RULEOP_NOW")]
         now: Option<String>,
+        /// Render under kept revision N of the parent's rule instead of the files: its rule and
+        /// templates are read from the cluster (ConfigMap ruleop-rev-<rule>-<N> in
+        /// --status-namespace; `ruleop rollout history` lists them). The rule is the one the
+        /// files give the parent's kind; the CRDs are still read from the files.
+        #[arg(long, value_name = "N")]
+        revision: Option<u64>,
+        /// Namespace of the kept revisions (ruleop's own), with --revision.
+        #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
+        status_namespace: String,
     },
     /// Print the CRD of every rule that carries `spec.schema` (group, version and kind from
     /// `watch`, the status the engine writes, printer columns, short names); `ruleop check`
@@ -177,6 +186,16 @@ pub enum Command {
         /// The time stamped on changed conditions (RFC 3339; default: now).
         #[arg(long, env = "RULEOP_NOW")]
         now: Option<String>,
+        /// Diff kept revision N of --rule instead of the files: what putting it back would change
+        /// (read from ConfigMap ruleop-rev-<rule>-<N> in --status-namespace).
+        #[arg(long, value_name = "N", requires = "rule")]
+        revision: Option<u64>,
+        /// The rule whose kept revision --revision names.
+        #[arg(long, requires = "revision")]
+        rule: Option<String>,
+        /// Namespace of the kept revisions (ruleop's own), with --revision.
+        #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
+        status_namespace: String,
     },
     /// Show the live tree of one parent, read-only: the rule watching its kind, generation and
     /// observedGeneration, every condition with its full message, the cleanup finalizer and what

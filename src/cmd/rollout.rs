@@ -12,10 +12,15 @@ use kube::Client;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
+use crate::cmd::cli::{SchemaSources, Sources};
 use crate::cmd::live::dry_run::unified;
+use crate::cmd::offline::{CommandError, RenderInputs, load_checked, render_with, rule_of_parent};
 use crate::engine::rollout::control::{self, Command, REQUEST_LABEL, Request, request_name};
 use crate::engine::rollout::record::Record;
+use crate::engine::rules::RuleSet;
+use crate::runtime::revisions::read_record;
 use crate::runtime::rollout::recorded;
+use crate::runtime::rollout_resume::set_of_record;
 use crate::runtime::run::STATUS_CONFIGMAP;
 
 /// What to show.
@@ -219,6 +224,41 @@ async fn ask(
     }
     let (text, _) = status(config_maps, Some(&rule), namespace).await?;
     Ok((text, 0))
+}
+
+/// `ruleop render --revision N`: the parent rendered under kept revision `revision` of the rule
+/// the files give its kind, read from the cluster.
+pub(crate) fn render_revision(
+    sources: &Sources,
+    schemas: &SchemaSources,
+    inputs: &RenderInputs<'_>,
+    revision: u64,
+    status_namespace: &str,
+) -> Result<String, CommandError> {
+    let (files, _) = load_checked(sources, schemas)?;
+    let rule = rule_of_parent(&files, inputs.file)?;
+    let runtime =
+        crate::cmd::live::runtime().ok_or_else(|| CommandError("cannot start the async runtime".to_owned()))?;
+    let mut set = runtime
+        .block_on(kept_set(&rule, revision, status_namespace))
+        .map_err(|e| CommandError(format!("error: {e:#}")))?;
+    set.schemas = files.schemas;
+    render_with(&set, inputs)
+}
+
+/// The rule set of kept revision `revision` of `rule`, read from the cluster of the kubeconfig.
+pub(crate) async fn kept_set(rule: &str, revision: u64, status_namespace: &str) -> anyhow::Result<RuleSet> {
+    let config = crate::apply::client::cluster_config()
+        .await
+        .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
+    let client = Client::try_from(config).context("cannot build a client for the cluster")?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client, status_namespace);
+    let record = read_record(&config_maps, rule, revision).await.map_err(|e| {
+        anyhow::anyhow!(
+            "revision {revision} of rule {rule:?} is not kept in {status_namespace} ({e}); `ruleop rollout history {rule}` lists the kept ones"
+        )
+    })?;
+    set_of_record(&record).map_err(|e| anyhow::anyhow!("revision {revision} of rule {rule:?} does not load: {e}"))
 }
 
 /// The newest kept revision of `rule` before `revision`, by the kept ConfigMaps' labels.

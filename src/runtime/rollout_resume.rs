@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use crate::cache::discovery::Kinds;
 use crate::engine::rollout::policy::Rollout;
+use crate::engine::rollout::record::Record;
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::{SourceFile, load_sources};
 use crate::runtime::revisions::RevisionStore;
@@ -55,7 +56,7 @@ pub(crate) async fn resume(
 }
 
 /// The rule set of a kept revision (from the ConfigMaps `kept`): its rule file and templates,
-/// loaded as at the time, stamped with its number.
+/// loaded as at the time, stamped with its number, its kinds' scopes from discovery.
 pub(crate) async fn previous_set(
     kept: &Api<ConfigMap>,
     rule: &str,
@@ -63,6 +64,14 @@ pub(crate) async fn previous_set(
     kinds: &Kinds,
 ) -> Result<RuleSet, String> {
     let record = crate::runtime::revisions::read_record(kept, rule, number).await?;
+    let mut set = set_of_record(&record)?;
+    crate::runtime::run::check_scopes(&mut set, kinds).map_err(|e| e.to_string())?;
+    Ok(set)
+}
+
+/// The rule set a kept record's files load as: its rule alone (a rule file may hold others, whose
+/// templates the record does not keep), stamped with the revision's number.
+pub(crate) fn set_of_record(record: &Record) -> Result<RuleSet, String> {
     let files = |prefix: &str| -> Vec<SourceFile> {
         record
             .contents
@@ -74,10 +83,9 @@ pub(crate) async fn previous_set(
             .collect()
     };
     let mut set = load_sources(&files("templates/"), &files("rules/")).map_err(|d| d.to_string())?;
-    set.rules.retain(|r| r.name == rule);
+    set.rules.retain(|r| r.name == record.rule);
     for kept in &mut set.rules {
-        kept.revision = Some(number);
+        kept.revision = Some(record.revision.number);
     }
-    crate::runtime::run::check_scopes(&mut set, kinds).map_err(|e| e.to_string())?;
     Ok(set)
 }

@@ -146,6 +146,79 @@ fn every_revision_is_kept_named_in_the_status_and_numbered_on_after_a_restart() 
     let (code, status) = rollout_command(&ns.0, &["status", "database"]);
     assert_eq!(code, Some(0), "{status}");
     assert!(status.contains("rule database: revision 3"), "{status}");
+
+    // A kept revision rendered and diffed, read from the cluster.
+    apply_yaml(&ns.0, &database("db-0", 1, ""));
+    wait_until(Duration::from_secs(60), "db-0's Service of revision 3", || {
+        services_of_edition(&ns.0, 2).len() == 1
+    });
+    let parent = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(
+        parent.path(),
+        format!("apiVersion: myorg.io/v1\nkind: Database\nmetadata: {{name: db-0, namespace: {}}}\nspec: {{version: \"16\", replicas: 1, storage: {{size: 1Gi}}}}\n", ns.0),
+    )
+    .expect("written");
+    let crds = root().join("deploy/crds");
+    let render = |revision: &str| {
+        let out = ruleop_command(
+            &[
+                "render",
+                "-f",
+                &parent.path().display().to_string(),
+                "--crds",
+                &crds.display().to_string(),
+                "--revision",
+                revision,
+                "--status-namespace",
+                &ns.0,
+            ],
+            rules.path(),
+            templates.path(),
+        );
+        (out.status.code(), text(&out.stdout) + &text(&out.stderr))
+    };
+    let (code, two) = render("2");
+    assert_eq!(code, Some(0), "{two}");
+    assert!(
+        two.contains("edition: '1'") || two.contains("edition: \"1\""),
+        "revision 2's template:\n{two}"
+    );
+    let (code, three) = render("3");
+    assert_eq!(code, Some(0), "{three}");
+    assert!(
+        three.contains("edition: '2'") || three.contains("edition: \"2\""),
+        "revision 3's template:\n{three}"
+    );
+    let (code, one) = render("1");
+    assert_ne!(code, Some(0), "{one}");
+    assert!(one.contains("revision 1 of rule \"database\" is not kept"), "{one}");
+    let out = ruleop_command(
+        &[
+            "diff",
+            "-n",
+            &ns.0,
+            "--revision",
+            "2",
+            "--rule",
+            "database",
+            "--status-namespace",
+            &ns.0,
+        ],
+        rules.path(),
+        templates.path(),
+    );
+    let diff = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "putting revision 2 back changes db-0's Service:\n{diff}{}",
+        text(&out.stderr)
+    );
+    let changed = |sign: char, edition: char| {
+        diff.lines()
+            .any(|l| l.trim_start().starts_with(sign) && l.contains("edition:") && l.contains(edition))
+    };
+    assert!(changed('-', '2') && changed('+', '1'), "{diff}");
 }
 
 /// What `ruleop-status` says of `rule`'s rollout.
@@ -470,15 +543,45 @@ fn twenty_ready_shops(kind: &CustomKind, ns: &str) {
     });
 }
 
+/// 20 Ready Shops of a kind of their own, under rule `shop` rolled out 10% then 100%.
+struct Shops {
+    kind: CustomKind,
+    ns: Namespace,
+    /// The shop template's mount, swapped to edit it.
+    templates: Mount,
+    operator: Operator,
+    _rules: Mount,
+}
+
+impl Shops {
+    /// For test `test` (its kind and namespace), with `pause` and `extra` more of `spec.rollout`.
+    fn start(test: &str, pause: Duration, extra: &str) -> Shops {
+        let kind = CustomKind::new(test, "Shop");
+        kind.install();
+        let ns = Namespace::new(test);
+        let rules = Mount::new(&shop_rule(&kind, pause, extra));
+        let templates = Mount::new(&shop_template(1, "yes"));
+        let operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
+        twenty_ready_shops(&kind, &ns.0);
+        Shops {
+            kind,
+            ns,
+            templates,
+            operator,
+            _rules: rules,
+        }
+    }
+}
+
 #[test]
 fn with_on_failure_rollback_a_halted_rollout_moves_its_parents_back() {
-    let kind = CustomKind::new("rollout-back", "Shop");
-    kind.install();
-    let ns = Namespace::new("rollout-back");
-    let rules = Mount::new(&shop_rule(&kind, Duration::from_secs(15), "    onFailure: rollback\n"));
-    let mut templates = Mount::new(&shop_template(1, "yes"));
-    let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
-    twenty_ready_shops(&kind, &ns.0);
+    let Shops {
+        kind,
+        ns,
+        mut templates,
+        operator: _operator,
+        _rules,
+    } = Shops::start("rollout-back", Duration::from_secs(15), "    onFailure: rollback\n");
     templates.swap(&shop_template(2, "no"));
     wait_until(Duration::from_secs(30), "the rollout to be rolled back", || {
         rollout_state(&ns.0, "shop").contains("phase: RolledBack")
@@ -496,14 +599,14 @@ fn with_on_failure_rollback_a_halted_rollout_moves_its_parents_back() {
 
 #[test]
 fn a_change_that_makes_moved_parents_unready_halts_the_rollout_and_the_others_are_never_written() {
-    let kind = CustomKind::new("rollout-halt", "Shop");
-    kind.install();
-    let ns = Namespace::new("rollout-halt");
     let pause = Duration::from_secs(15);
-    let rules = Mount::new(&shop_rule(&kind, pause, ""));
-    let mut templates = Mount::new(&shop_template(1, "yes"));
-    let operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
-    twenty_ready_shops(&kind, &ns.0);
+    let Shops {
+        kind,
+        ns,
+        mut templates,
+        operator,
+        _rules,
+    } = Shops::start("rollout-halt", pause, "");
     let (before, _) = config_maps(&ns.0);
     assert_eq!(before.len(), 20);
 
@@ -586,45 +689,45 @@ fn editions(ns: &str) -> BTreeMap<String, usize> {
     counts
 }
 
+/// Runs `ruleop rollout <args>` and asserts its exit code and that its output says each of `says`.
+fn rollout_says(ns: &str, args: &[&str], code: i32, says: &[&str]) {
+    let (got, out) = rollout_command(ns, args);
+    assert_eq!(got, Some(code), "ruleop rollout {args:?}: {out}");
+    for said in says {
+        assert!(out.contains(said), "ruleop rollout {args:?} says {said:?}: {out}");
+    }
+}
+
 fn counts(entries: &[(&str, usize)]) -> BTreeMap<String, usize> {
     entries.iter().map(|(e, n)| ((*e).to_owned(), *n)).collect()
 }
 
 #[test]
 fn pause_holds_a_rollout_at_its_step_resume_lets_it_finish_and_undo_puts_every_parent_back() {
-    let kind = CustomKind::new("rollout-ctl", "Shop");
-    kind.install();
-    let ns = Namespace::new("rollout-ctl");
     let pause = Duration::from_secs(8);
-    let rules = Mount::new(&shop_rule(&kind, pause, ""));
-    let mut templates = Mount::new(&shop_template(1, "yes"));
-    let _operator = Operator::start_with(rules.path(), templates.path(), &ns.0, RELOAD_FLAGS);
-    twenty_ready_shops(&kind, &ns.0);
+    let mut shops = Shops::start("rollout-ctl", pause, "");
+    let (kind, ns) = (&shops.kind, &shops.ns);
 
     // Located refusals, before anything is asked of the operator.
-    let (code, out) = rollout_command(&ns.0, &["pause", "nosuch"]);
-    assert_eq!(code, Some(2), "{out}");
-    assert!(
-        out.contains("rule \"nosuch\" is not in force") && out.contains("shop"),
-        "{out}"
+    rollout_says(
+        &ns.0,
+        &["pause", "nosuch"],
+        2,
+        &["rule \"nosuch\" is not in force", "shop"],
     );
-    let (code, out) = rollout_command(&ns.0, &["pause", "shop"]);
-    assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains("no rollout is in progress"), "{out}");
-    let (code, out) = rollout_command(&ns.0, &["undo", "shop"]);
-    assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains("no revision before 1 is kept"), "{out}");
+    rollout_says(&ns.0, &["pause", "shop"], 2, &["no rollout is in progress"]);
+    rollout_says(&ns.0, &["undo", "shop"], 2, &["no revision before 1 is kept"]);
 
-    templates.swap(&shop_template(2, "yes"));
+    shops.templates.swap(&shop_template(2, "yes"));
     wait_until(Duration::from_secs(30), "2 ConfigMaps of the new template", || {
         editions(&ns.0).get("2") == Some(&2)
     });
     let paused_at = Instant::now();
-    let (code, out) = rollout_command(&ns.0, &["pause", "shop"]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(
-        out.contains("phase: Halted") && out.contains("note: paused by ruleop rollout pause"),
-        "{out}"
+    rollout_says(
+        &ns.0,
+        &["pause", "shop"],
+        0,
+        &["phase: Halted", "note: paused by ruleop rollout pause"],
     );
     // Past the end of the first step's pause, by the API server's objects: still 2 and 18.
     wait_until(
@@ -640,15 +743,9 @@ fn pause_holds_a_rollout_at_its_step_resume_lets_it_finish_and_undo_puts_every_p
         state.contains("step: 1 of 2") && state.contains("phase: Halted"),
         "{state}"
     );
-    let (code, out) = rollout_command(&ns.0, &["status", "shop"]);
-    assert_eq!(code, Some(0), "a paused rollout is not a failure: {out}");
-
-    let (code, out) = rollout_command(&ns.0, &["resume"]);
-    assert_eq!(code, Some(0), "the one rollout in progress: {out}");
-    assert!(
-        out.contains("phase: Progressing") && out.contains("note: resumed"),
-        "{out}"
-    );
+    // A paused rollout is no failure; resume without RULE is the one rollout in progress.
+    rollout_says(&ns.0, &["status", "shop"], 0, &["phase: Halted"]);
+    rollout_says(&ns.0, &["resume"], 0, &["phase: Progressing", "note: resumed"]);
     wait_until(
         pause + Duration::from_secs(30),
         "every ConfigMap on the new template",
@@ -658,22 +755,16 @@ fn pause_holds_a_rollout_at_its_step_resume_lets_it_finish_and_undo_puts_every_p
         rollout_state(&ns.0, "shop").contains("phase: Complete")
     });
     wait_until(Duration::from_secs(30), "20 Shops recording revision 2", || {
-        shops_by_revision(&kind, &ns.0) == BTreeMap::from([(2, 20)])
+        shops_by_revision(kind, &ns.0) == BTreeMap::from([(2, 20)])
     });
-    let (code, out) = rollout_command(&ns.0, &["resume", "shop"]);
-    assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains("no rollout is in progress"), "{out}");
+    rollout_says(&ns.0, &["resume", "shop"], 2, &["no rollout is in progress"]);
 
     // Undo with no rollout in progress: revision 1 again, by the API server's objects.
-    let (code, out) = rollout_command(&ns.0, &["undo", "shop"]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(
-        out.contains("from: 1\nto: 2") || out.contains("from: 1\n  to: 2"),
-        "{out}"
-    );
-    assert!(
-        out.contains("phase: RolledBack") && out.contains("note: undone"),
-        "{out}"
+    rollout_says(
+        &ns.0,
+        &["undo", "shop"],
+        0,
+        &["from: 1\n  to: 2", "phase: RolledBack", "note: undone"],
     );
     wait_until(
         Duration::from_secs(30),
@@ -681,7 +772,7 @@ fn pause_holds_a_rollout_at_its_step_resume_lets_it_finish_and_undo_puts_every_p
         || editions(&ns.0) == counts(&[("1", 20)]),
     );
     wait_until(Duration::from_secs(30), "20 Shops recording revision 1", || {
-        shops_by_revision(&kind, &ns.0) == BTreeMap::from([(1, 20)])
+        shops_by_revision(kind, &ns.0) == BTreeMap::from([(1, 20)])
     });
     let requests = kubectl_ok(&[
         "get",
@@ -696,7 +787,7 @@ fn pause_holds_a_rollout_at_its_step_resume_lets_it_finish_and_undo_puts_every_p
     assert!(requests.trim().is_empty(), "every request was let go: {requests}");
 
     // Until the files change again: the next edit rolls out from the undone-to revision.
-    templates.swap(&shop_template(3, "yes"));
+    shops.templates.swap(&shop_template(3, "yes"));
     wait_until(Duration::from_secs(30), "2 ConfigMaps of the third template", || {
         editions(&ns.0).get("3") == Some(&2)
     });
