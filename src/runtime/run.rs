@@ -480,11 +480,12 @@ impl Reloader {
             started_at: jiff::Timestamp::now(),
             note: Some(note),
         };
-        let staging = self
-            .shared
-            .rollouts
-            .start(rule, rollout::Staging::resumed(Arc::new(previous), policy, recorded));
-        Ok(staging.describe())
+        // A new rollout is followed as soon as it starts: on record first.
+        let staging = rollout::Staging::resumed(Arc::new(previous), policy, recorded);
+        let text = staging.describe();
+        self.rollout_report.write(rule, text.clone()).await;
+        self.shared.rollouts.start(rule, staging);
+        Ok(text)
     }
 
     /// A Warning Event on the `ruleop-status` ConfigMap, where the state of the rules is reported.
