@@ -222,6 +222,19 @@ async fn ask(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Every followed request writes a note with its time, so an unchanged state means refused.
+    let key = format!("rollout.{rule}");
+    let after = config_maps
+        .get_opt(STATUS_CONFIGMAP)
+        .await
+        .with_context(|| format!("reading {namespace}/{STATUS_CONFIGMAP}"))?
+        .and_then(|cm| cm.data)
+        .and_then(|mut data| data.remove(&key));
+    if after.as_ref() == data.get(&key) {
+        return Err(refuse(format!(
+            "the operator refused the request (its reason is the Warning Event RolloutRequestRefused on {namespace}/{STATUS_CONFIGMAP})"
+        )));
+    }
     let (text, _) = status(config_maps, Some(&rule), namespace).await?;
     Ok((text, 0))
 }

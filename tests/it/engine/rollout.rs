@@ -798,6 +798,31 @@ fn pause_holds_a_rollout_at_its_step_resume_lets_it_finish_and_undo_puts_every_p
         counts(&[("1", 18), ("3", 2)]),
         "the unmoved parents stay on the revision undo put them on"
     );
+
+    // A hand-written request that is not one: refused with an Event, let go, nothing changed.
+    let state = rollout_state(&ns.0, "shop");
+    let garbage = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ruleop-rollout-shop\n  labels: {{ruleop.io/rollout-request: shop}}\ndata: {{command: stop, revision: \"{}\"}}\n",
+        "9".repeat(1000)
+    );
+    apply_yaml(&ns.0, &garbage);
+    wait_until(Duration::from_secs(30), "the garbage request to be let go", || {
+        !exists(&ns.0, "configmap/ruleop-rollout-shop")
+    });
+    wait_until(Duration::from_secs(30), "a RolloutRequestRefused Event", || {
+        kubectl_ok(&[
+            "get",
+            "events",
+            "-n",
+            &ns.0,
+            "--field-selector",
+            "reason=RolloutRequestRefused",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ])
+        .contains("command \"stop\" is not pause, resume or undo")
+    });
+    assert_eq!(rollout_state(&ns.0, "shop"), state, "a refused request changes nothing");
     kind.uninstall();
 }
 
