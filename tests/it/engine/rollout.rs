@@ -645,17 +645,8 @@ fn a_change_that_makes_moved_parents_unready_halts_the_rollout_and_the_others_ar
         "the 2 moved Shops are not Ready, the 18 others are"
     );
     assert_eq!(operator.metric("ruleop_rollout_halts_total", &[("rule", "shop")]), 1);
-    let events = kubectl_ok(&[
-        "get",
-        "events",
-        "-n",
-        &ns.0,
-        "--field-selector",
-        "reason=RolloutHalted",
-        "-o",
-        "name",
-    ]);
-    assert_eq!(events.lines().count(), 1, "one RolloutHalted Event");
+    let halts = events(&ns.0, "reason=RolloutHalted", "{.items[*].metadata.name}");
+    assert_eq!(halts.split_whitespace().count(), 1, "one RolloutHalted Event");
     assert!(rollout_state(&ns.0, "shop").contains("phase: Halted"), "still halted");
     let (code, status) = rollout_command(&ns.0, &["status", "shop"]);
     assert_eq!(code, Some(1), "a halted rollout exits 1: {status}");
@@ -810,17 +801,8 @@ fn pause_holds_a_rollout_at_its_step_resume_lets_it_finish_and_undo_puts_every_p
         !exists(&ns.0, "configmap/ruleop-rollout-shop")
     });
     wait_until(Duration::from_secs(30), "a RolloutRequestRefused Event", || {
-        kubectl_ok(&[
-            "get",
-            "events",
-            "-n",
-            &ns.0,
-            "--field-selector",
-            "reason=RolloutRequestRefused",
-            "-o",
-            "jsonpath={.items[*].message}",
-        ])
-        .contains("command \"stop\" is not pause, resume or undo")
+        events(&ns.0, "reason=RolloutRequestRefused", "{.items[*].message}")
+            .contains("command \"stop\" is not pause, resume or undo")
     });
     assert_eq!(rollout_state(&ns.0, "shop"), state, "a refused request changes nothing");
     kind.uninstall();
