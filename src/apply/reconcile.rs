@@ -72,9 +72,14 @@ async fn apply_plan_steps(
     summary: &mut events::Summary,
 ) -> Result<bool, ApplyError> {
     let mut child_error = None;
+    // Whether this reconcile changes the parent's children: then it records its revision.
+    let mut changed = !plan.prune.is_empty() || !plan.release.is_empty();
     for (child, result) in plan.children.iter().zip(applied) {
         match result {
-            Ok(outcome) => summary.child(&child.target, &outcome),
+            Ok(outcome) => {
+                changed |= outcome != ChildOutcome::Unchanged;
+                summary.child(&child.target, &outcome);
+            }
             // Other children still converge; the first failure is reported after them.
             Err(e) => {
                 child_error.get_or_insert(e);
@@ -147,7 +152,13 @@ async fn apply_plan_steps(
     if let Some(e) = first_error {
         return Err(e);
     }
-    if !status_written && let Some(patch) = &plan.status_patch {
+    // Changed children with an unchanged status: the revision that changed them is recorded.
+    let status_patch = match &plan.status_patch {
+        Some(patch) => Some(patch.clone()),
+        None if changed => plan.status.revision_patch(parent),
+        None => None,
+    };
+    if !status_written && let Some(patch) = &status_patch {
         crate::apply::status_write::write_status(cluster, handle, parent, patch, now)
             .await
             .map_err(|e| ApplyError::Status(Box::new(e)))?;

@@ -114,6 +114,15 @@ pub enum Command {
         /// The time stamped on changed conditions (RFC 3339; default: now).
         #[arg(long, env = "RULEOP_NOW")]
         now: Option<String>,
+        /// Render under kept revision N of the parent's rule instead of the files: its rule and
+        /// templates are read from the cluster (ConfigMap ruleop-rev-<rule>-<N> in
+        /// --status-namespace; `ruleop rollout history` lists them). The rule is the one the
+        /// files give the parent's kind; the CRDs are still read from the files.
+        #[arg(long, value_name = "N")]
+        revision: Option<u64>,
+        /// Namespace of the kept revisions (ruleop's own), with --revision.
+        #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
+        status_namespace: String,
     },
     /// Print the CRD of every rule that carries `spec.schema` (group, version and kind from
     /// `watch`, the status the engine writes, printer columns, short names); `ruleop check`
@@ -177,6 +186,16 @@ pub enum Command {
         /// The time stamped on changed conditions (RFC 3339; default: now).
         #[arg(long, env = "RULEOP_NOW")]
         now: Option<String>,
+        /// Diff kept revision N of --rule instead of the files: what putting it back would change
+        /// (read from ConfigMap ruleop-rev-<rule>-<N> in --status-namespace).
+        #[arg(long, value_name = "N", requires = "rule")]
+        revision: Option<u64>,
+        /// The rule whose kept revision --revision names.
+        #[arg(long, requires = "revision")]
+        rule: Option<String>,
+        /// Namespace of the kept revisions (ruleop's own), with --revision.
+        #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
+        status_namespace: String,
     },
     /// Show the live tree of one parent, read-only: the rule watching its kind, generation and
     /// observedGeneration, every condition with its full message, the cleanup finalizer and what
@@ -230,19 +249,39 @@ pub enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = StatusOutput::Text)]
         output: StatusOutput,
     },
-    /// Staged rollouts and kept rule revisions, read-only from the cluster: `status` shows each
-    /// rule's revision in force and its rollout (step, phase, the parents that failed and why);
-    /// `history` lists the kept revisions, each with a unified diff of its changed files against
-    /// the one before. Exit 1 when `status` finds a rollout halted or rolled back, 2 on error.
+    /// Staged rollouts and kept rule revisions in the cluster.
+    ///
+    /// `status` shows each rule's revision in force and its rollout (step, phase, the parents
+    /// that failed and why); `history` lists the kept revisions, each with a unified diff of its
+    /// changed files against the one before. Both only read. Exit 1 when `status` finds a rollout
+    /// halted (not paused) or rolled back, 2 on error.
+    ///
+    /// `pause`, `resume` and `undo` ask the running operator (the leader) to change a rule's
+    /// rollout: a request ConfigMap `ruleop-rollout-<rule>` in --status-namespace, which the
+    /// operator follows once, records in `ruleop-status` and deletes; this command waits for that
+    /// (--wait) and prints the new state. `pause`: no further step and no further parent moves;
+    /// the moved parents stay (phase Halted, note "paused"). `resume`: a paused or halted
+    /// rollout goes on; its current step's pause starts again and earlier failures are
+    /// forgotten. `undo`: every parent of the rule goes back to the previous kept revision (with
+    /// a rollout under way: the one it moves from), until the rule's files change again; the
+    /// next edit then rolls out from there. RULE may be left out when exactly one rollout is in
+    /// progress. Refused with a clear error (exit 2): a rule not in force, pause or resume with
+    /// no rollout in progress, resume of a rollout that goes on, undo with no earlier revision
+    /// kept. Exit 1 when no operator followed the request within --wait (it stays, and is
+    /// followed when one runs).
     Rollout {
-        /// What to show.
+        /// What to show or do.
         #[arg(value_enum)]
         show: RolloutShow,
-        /// Only this rule (default: every rule).
+        /// Only this rule (default: every rule; for pause, resume and undo: the one rollout in
+        /// progress).
         rule: Option<String>,
         /// Namespace of the `ruleop-status` ConfigMap and the kept revisions (ruleop's own).
         #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
         status_namespace: String,
+        /// How long pause, resume and undo wait for the operator to follow the request.
+        #[arg(long, env = "RULEOP_ROLLOUT_WAIT", default_value = "30s", value_parser = crate::cmd::cli::parse_wait)]
+        wait: std::time::Duration,
     },
     /// Serve a read-only web console: the rules with the last reload and the parents not Ready
     /// (their messages name the template and line), a rule's parents filtered by namespace and
@@ -295,6 +334,17 @@ pub enum RolloutShow {
     Status,
     /// The kept revisions with the diffs of their files.
     History,
+    /// Stop the rule's rollout where it is.
+    Pause,
+    /// Let a paused or halted rollout go on.
+    Resume,
+    /// Put every parent back on the previous revision until the files change again.
+    Undo,
+}
+
+/// A duration such as `30s` or `2m` (at least 1s).
+pub(crate) fn parse_wait(text: &str) -> Result<std::time::Duration, String> {
+    crate::engine::duration::parse_at_least(text, std::time::Duration::from_secs(1))
 }
 
 /// How `status` prints its report.

@@ -20,9 +20,22 @@ pub fn main() -> ExitCode {
             observed,
             output,
             now,
+            revision,
+            status_namespace,
         } => {
             let now = now.unwrap_or_else(crate::runtime::clock::now_rfc3339);
-            offline::render(&sources, &schemas, &file, observed.as_deref(), output, &now)
+            let inputs = offline::RenderInputs {
+                file: &file,
+                observed: observed.as_deref(),
+                output,
+                now: &now,
+            };
+            match revision {
+                None => offline::render(&sources, &schemas, &inputs),
+                Some(revision) => {
+                    crate::cmd::rollout::render_revision(&sources, &schemas, &inputs, revision, &status_namespace)
+                }
+            }
         }
         Command::Schema { kind } => Ok(offline::schema(kind)),
         Command::Crd { sources } => offline::crd(&sources),
@@ -50,7 +63,17 @@ pub fn main() -> ExitCode {
             namespace,
             selector,
             now,
-        } => return ExitCode::from(diff::command(sources, namespace, selector, now)),
+            revision,
+            rule,
+            status_namespace,
+        } => {
+            let kept = revision.zip(rule).map(|(revision, rule)| diff::Kept {
+                rule,
+                revision,
+                status_namespace,
+            });
+            return ExitCode::from(diff::command(sources, namespace, selector, now, kept));
+        }
         Command::Trace {
             sources,
             target,
@@ -91,10 +114,17 @@ pub fn main() -> ExitCode {
             show,
             rule,
             status_namespace,
+            wait,
         } => {
+            use crate::cmd::cli::RolloutShow;
+            use crate::cmd::rollout::Show;
+            use crate::engine::rollout::control::Command as Ask;
             let show = match show {
-                crate::cmd::cli::RolloutShow::Status => crate::cmd::rollout::Show::Status,
-                crate::cmd::cli::RolloutShow::History => crate::cmd::rollout::Show::History,
+                RolloutShow::Status => Show::Status,
+                RolloutShow::History => Show::History,
+                RolloutShow::Pause => Show::Ask(Ask::Pause, wait),
+                RolloutShow::Resume => Show::Ask(Ask::Resume, wait),
+                RolloutShow::Undo => Show::Ask(Ask::Undo, wait),
             };
             return ExitCode::from(crate::cmd::rollout::command(show, rule.as_deref(), &status_namespace));
         }

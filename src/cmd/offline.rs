@@ -159,22 +159,45 @@ fn find_safe_filter(line: &str) -> Option<usize> {
     None
 }
 
+/// What `ruleop render` renders and how it prints it.
+#[derive(Debug, Clone, Copy)]
+pub struct RenderInputs<'a> {
+    /// The parent object (YAML).
+    pub file: &'a Path,
+    /// A directory of observed children.
+    pub observed: Option<&'a Path>,
+    /// The output format.
+    pub output: OutputFormat,
+    /// The time stamped on changed conditions.
+    pub now: &'a str,
+}
+
 /// `ruleop render`: the printed plan.
-pub fn render(
-    sources: &Sources,
-    schemas: &SchemaSources,
-    file: &Path,
-    observed_dir: Option<&Path>,
-    output: OutputFormat,
-    now: &str,
-) -> Result<String, CommandError> {
+pub fn render(sources: &Sources, schemas: &SchemaSources, inputs: &RenderInputs<'_>) -> Result<String, CommandError> {
     let (set, _) = load_checked(sources, schemas)?;
+    render_with(&set, inputs)
+}
+
+/// The rule watching the parent of `file`'s kind in `set`, by name.
+pub fn rule_of_parent(set: &RuleSet, file: &Path) -> Result<String, CommandError> {
+    let parent = read_parent(file)?;
+    Ok(rule_for(set, &parent, file)?.name.clone())
+}
+
+/// `ruleop render` of the parent in `inputs` under `set`.
+pub fn render_with(set: &RuleSet, inputs: &RenderInputs<'_>) -> Result<String, CommandError> {
+    let RenderInputs {
+        file,
+        observed: observed_dir,
+        output,
+        now,
+    } = *inputs;
     let parent = read_parent(file)?;
     let files = match observed_dir {
         Some(dir) => read_observed(dir)?,
         None => Vec::new(),
     };
-    let planned = plan_offline(&set, parent, files, file, now, Admission::ByCrd)?;
+    let planned = plan_offline(set, parent, files, file, now, Admission::ByCrd)?;
     let plan = planned.result.map_err(|e| {
         CommandError(format!(
             "{}: error: {e}\n  the parent would get Ready=False (reason {}); nothing would be applied",
@@ -673,6 +696,13 @@ fn print_yaml(rule: &Rule, parent: &Value, notes: &[String], plan: &Plan) -> Str
             rule.spec.watch.kind
         )),
         None => out.push_str("# (none: status already up to date)\n"),
+    }
+    if rule.rollout.is_some() && rule.revision.is_none() {
+        out.push_str(&format!(
+            "# status.{}: the number of the revision in force, with the next write that changes this parent \
+             (ruleop run numbers revisions; see ruleop rollout history, or render --revision)\n",
+            plan::REVISION_FIELD
+        ));
     }
     for warning in &plan.warnings {
         let line = format!(

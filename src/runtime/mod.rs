@@ -3,10 +3,12 @@
 pub(crate) mod clock;
 pub(crate) mod controller;
 pub(crate) mod housekeeping;
+pub(crate) mod pins;
 pub(crate) mod queue;
 pub(crate) mod reload;
 pub(crate) mod revisions;
 pub(crate) mod rollout;
+pub(crate) mod rollout_control;
 pub(crate) mod rollout_report;
 pub(crate) mod rollout_resume;
 pub(crate) mod run;

@@ -31,6 +31,22 @@ pub(crate) struct RevisionStore {
     known: Option<BTreeMap<String, BTreeMap<u64, Revision>>>,
 }
 
+/// The kept record of revision `number` of `rule`, with its files, from the ConfigMaps `api`.
+pub(crate) async fn read_record(api: &Api<ConfigMap>, rule: &str, number: u64) -> Result<Record, String> {
+    let config_map = api
+        .get(&config_map_name(rule, number))
+        .await
+        .map_err(|e| e.to_string())?;
+    let record = Record::from_data(&config_map.data.unwrap_or_default()).map_err(|e| e.to_string())?;
+    if record.rule != rule || record.revision.number != number {
+        return Err(format!(
+            "it holds revision {} of rule {:?}",
+            record.revision.number, record.rule
+        ));
+    }
+    Ok(record)
+}
+
 /// The ConfigMap name of a rule's revision.
 pub(crate) fn config_map_name(rule: &str, number: u64) -> String {
     format!("ruleop-rev-{rule}-{number}")
@@ -57,9 +73,10 @@ impl RevisionStore {
 
     /// Records the revision in force of every rule of `set`: a rule whose files differ from its
     /// latest revision gets the next one, kept in a new ConfigMap, and revisions beyond the last
-    /// `keep` are deleted. Returns, for `ruleop-status`, one line per rule: `database: 3`, or why
+    /// `keep` are deleted. Each rule is stamped with its number ([`crate::engine::rules::Rule::revision`]).
+    /// Returns, for `ruleop-status`, one line per rule: `database: 3`, or why
     /// its revision is not kept. Failures are reported there and logged; the rules keep running.
-    pub(crate) async fn record(&mut self, set: &RuleSet) -> String {
+    pub(crate) async fn record(&mut self, set: &mut RuleSet) -> String {
         if self.known.is_none() {
             match self.read_back().await {
                 Ok(known) => self.known = Some(known),
@@ -70,7 +87,7 @@ impl RevisionStore {
             }
         }
         let mut lines = Vec::new();
-        for rule in &set.rules {
+        for rule in &mut set.rules {
             let now = jiff::Timestamp::now();
             let latest = self
                 .known
@@ -82,6 +99,7 @@ impl RevisionStore {
                 None => Revision::first(&rule.files, now),
                 Some(latest) => match latest.next(&rule.files, now) {
                     None => {
+                        rule.revision = Some(latest.number);
                         lines.push(format!("{}: {}", rule.name, latest.number));
                         continue;
                     }
@@ -100,6 +118,7 @@ impl RevisionStore {
                     format!("{}: {} (not kept: {e})", rule.name, revision.number)
                 }
             };
+            rule.revision = Some(revision.number);
             // Known even when not kept, so the next revision gets the next number.
             if let Some(known) = self.known.as_mut() {
                 known
@@ -113,21 +132,18 @@ impl RevisionStore {
         lines.join("\n")
     }
 
-    /// The kept record of revision `number` of `rule`, with its files.
-    pub(crate) async fn read_record(&self, rule: &str, number: u64) -> Result<Record, String> {
-        let config_map = self
-            .api
-            .get(&config_map_name(rule, number))
-            .await
-            .map_err(|e| e.to_string())?;
-        let record = Record::from_data(&config_map.data.unwrap_or_default()).map_err(|e| e.to_string())?;
-        if record.rule != rule || record.revision.number != number {
-            return Err(format!(
-                "it holds revision {} of rule {:?}",
-                record.revision.number, record.rule
-            ));
-        }
-        Ok(record)
+    /// The ConfigMaps of the status namespace, where the revisions are kept.
+    pub(crate) fn config_maps(&self) -> &Api<ConfigMap> {
+        &self.api
+    }
+
+    /// The revision numbers of each rule whose records this process knows to be kept.
+    pub(crate) fn kept(&self) -> BTreeMap<String, std::collections::BTreeSet<u64>> {
+        self.known
+            .iter()
+            .flatten()
+            .map(|(rule, kept)| (rule.clone(), kept.keys().copied().collect()))
+            .collect()
     }
 
     /// Every readable revision record in the namespace, by rule and number. A record that does

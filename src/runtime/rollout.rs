@@ -93,6 +93,8 @@ struct Progress {
     /// Moved parents that went from `True` to not `True`: `namespace/name` -> condition status,
     /// reason and message.
     failed: BTreeMap<String, String>,
+    /// What an operator asked of it last (`ruleop rollout pause|resume|undo`), for people.
+    note: Option<String>,
 }
 
 /// What the step clock did to a rollout.
@@ -136,6 +138,7 @@ impl Staging {
                 step_started_at,
                 baseline: BTreeMap::new(),
                 failed: BTreeMap::new(),
+                note: None,
             }),
         }
     }
@@ -145,8 +148,11 @@ impl Staging {
     pub(crate) fn resumed(
         previous: Arc<RuleSet>,
         rollout: Rollout,
-        mut state: RolloutState,
-        started_at: jiff::Timestamp,
+        Recorded {
+            mut state,
+            started_at,
+            note,
+        }: Recorded,
     ) -> Self {
         state.step = state.step.min(rollout.steps.len().saturating_sub(1));
         let elapsed = jiff::Timestamp::now()
@@ -154,7 +160,9 @@ impl Staging {
             .unsigned_abs()
             .min(std::time::Duration::from_secs(365 * 24 * 3600));
         let step_started = Instant::now().checked_sub(elapsed).unwrap_or_else(Instant::now);
-        Self::at(previous, rollout, state, step_started, started_at)
+        let staging = Self::at(previous, rollout, state, step_started, started_at);
+        staging.progress().note = note;
+        staging
     }
 
     fn progress(&self) -> MutexGuard<'_, Progress> {
@@ -164,6 +172,22 @@ impl Staging {
     /// Where it stands.
     pub(crate) fn state(&self) -> RolloutState {
         self.progress().state.clone()
+    }
+
+    /// Takes the state an operator's request leads to ([`crate::engine::rollout::control::apply`]),
+    /// with a note saying who asked. Going on again (`resume`) starts the current step's pause
+    /// anew and forgets the failures seen so far: the parents are watched again from now.
+    /// Followed by reconciles once published, like a step.
+    pub(crate) fn take(&self, state: RolloutState, note: String) {
+        let mut progress = self.progress();
+        if state.phase == Phase::Progressing && progress.state.phase != Phase::Progressing {
+            progress.step_started = Instant::now();
+            progress.step_started_at = jiff::Timestamp::now();
+            progress.failed.clear();
+            progress.baseline.clear();
+        }
+        progress.state = state;
+        progress.note = Some(note);
     }
 
     /// Lets reconciles follow the state as it is now (once it is on record).
@@ -240,12 +264,7 @@ impl Staging {
         let progress = self.progress();
         let state = &progress.state;
         let percent = self.rollout.steps.get(state.step).map_or(100, |s| s.percent);
-        let phase = match state.phase {
-            Phase::Progressing => "Progressing",
-            Phase::Halted => "Halted",
-            Phase::RolledBack => "RolledBack",
-            Phase::Complete => "Complete",
-        };
+        let phase = crate::engine::rollout::control::phase_name(state.phase);
         let mut text = format!(
             "from: {}\nto: {}\nstep: {} of {} ({percent}%)\nphase: {phase}\nstepStartedAt: {}\n",
             state.from,
@@ -254,6 +273,9 @@ impl Staging {
             self.rollout.steps.len(),
             progress.step_started_at
         );
+        if let Some(note) = &progress.note {
+            text.push_str(&format!("note: {note}\n"));
+        }
         if !progress.failed.is_empty() {
             text.push_str("failed:\n");
             for (who, why) in &progress.failed {
@@ -279,7 +301,12 @@ pub(crate) fn stage(
 ) -> Vec<String> {
     let mut changed = Vec::new();
     for (name, _) in rollouts.all() {
-        if new.rule(&name).is_none_or(|r| r.rollout.is_none()) {
+        // Gone, or changed without a rollout of its own (an undone rule without `spec.rollout`
+        // stays undone until its files change).
+        let ends = new
+            .rule(&name)
+            .is_none_or(|r| r.rollout.is_none() && current.rule(&name).is_none_or(|old| old.digest != r.digest));
+        if ends {
             rollouts.end(&name);
             changed.push(name);
         }
@@ -291,13 +318,10 @@ pub(crate) fn stage(
         if old.digest == rule.digest {
             continue;
         }
-        let same_kinds = old.spec.watch.api_version == rule.spec.watch.api_version
-            && old.spec.watch.kind == rule.spec.watch.kind
-            && old.owned_kinds() == rule.owned_kinds()
-            && old.lookup_kinds() == rule.lookup_kinds();
+        let same_kinds = crate::runtime::pins::same_kinds(old, rule);
         let under_way = rollouts
             .get(&rule.name)
-            .filter(|s| matches!(s.state().phase, Phase::Progressing | Phase::Halted));
+            .filter(|s| matches!(s.state().phase, Phase::Progressing | Phase::Halted | Phase::RolledBack));
         if !same_kinds {
             if rollouts.end(&rule.name).is_some() {
                 changed.push(rule.name.clone());
@@ -320,9 +344,20 @@ pub(crate) fn stage(
     changed
 }
 
-/// The state and step start a recorded text (what [`Staging::describe`] wrote) gives; `None`
-/// when it is not such a text, or says the rollout is over.
-pub(crate) fn recorded(text: &str) -> Option<(RolloutState, jiff::Timestamp)> {
+/// A rollout as `ruleop-status` records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    /// Where it stands.
+    pub(crate) state: RolloutState,
+    /// When its current step began.
+    pub(crate) started_at: jiff::Timestamp,
+    /// What an operator asked of it last.
+    pub(crate) note: Option<String>,
+}
+
+/// What a recorded text (what [`Staging::describe`] wrote) says; `None` when it is not such a
+/// text, or says the rollout is over.
+pub(crate) fn recorded(text: &str) -> Option<Recorded> {
     let field = |key: &str| {
         text.lines()
             .find_map(|line| line.strip_prefix(key)?.strip_prefix(": "))
@@ -345,7 +380,11 @@ pub(crate) fn recorded(text: &str) -> Option<(RolloutState, jiff::Timestamp)> {
             .checked_sub(1)?,
         phase,
     };
-    Some((state, field("stepStartedAt")?.parse().ok()?))
+    Some(Recorded {
+        state,
+        started_at: field("stepStartedAt")?.parse().ok()?,
+        note: field("note").map(str::to_owned),
+    })
 }
 
 /// `(status, reason, message)` of the parent's condition of `type_` (`Unknown` when absent).
@@ -407,10 +446,17 @@ mod tests {
     fn a_recorded_state_resumes_at_its_step_and_garbage_resumes_nothing() {
         let running = staging(0, OnFailure::Halt);
         running.advance(Instant::now() + Duration::from_secs(61));
+        running.take(
+            RolloutState {
+                phase: Phase::Halted,
+                ..running.state()
+            },
+            "paused by ruleop rollout pause".to_owned(),
+        );
         let text = running.describe();
-        let (state, started_at) = recorded(&text).expect("a state");
-        assert_eq!(state, running.state());
-        let resumed = Staging::resumed(running.previous.clone(), running.rollout.clone(), state, started_at);
+        let read = recorded(&text).expect("a state");
+        assert_eq!(read.state, running.state());
+        let resumed = Staging::resumed(running.previous.clone(), running.rollout.clone(), read);
         assert_eq!(resumed.describe(), text);
         for garbage in [
             "",

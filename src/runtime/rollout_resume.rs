@@ -7,9 +7,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
 use tracing::{info, warn};
 
 use crate::cache::discovery::Kinds;
+use crate::engine::rollout::policy::Rollout;
+use crate::engine::rollout::record::Record;
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::{SourceFile, load_sources};
 use crate::runtime::revisions::RevisionStore;
@@ -25,25 +29,25 @@ pub(crate) async fn resume(
     report: &mut RolloutReport,
 ) {
     for (name, text) in report.read_back().await {
-        let (Some(rule), Some((state, started_at))) = (set.rule(&name), recorded(&text)) else {
+        let (Some(rule), Some(read)) = (set.rule(&name), recorded(&text)) else {
             continue;
         };
-        let Some(policy) = &rule.rollout else {
-            continue;
-        };
-        if state.to != revisions.latest(&name) {
+        // An undone rule without `spec.rollout` stays undone too.
+        let policy = rule.rollout.clone().unwrap_or_else(Rollout::all_at_once);
+        if read.state.to != revisions.latest(&name) {
             // The files moved on while no operator ran: they came into force unstaged.
             continue;
         }
-        match previous_set(revisions, &name, state.from, kinds).await {
+        let from = read.state.from;
+        match previous_set(revisions.config_maps(), &name, from, kinds).await {
             Ok(previous) => {
-                let staging = Staging::resumed(Arc::new(previous), policy.clone(), state, started_at);
+                let staging = Staging::resumed(Arc::new(previous), policy, read);
                 info!(rule = %name, state = %staging.describe(), "staged rollout resumed");
                 rollouts.start(&name, staging);
             }
             Err(e) => warn!(
                 rule = %name,
-                revision = state.from,
+                revision = from,
                 error = %e,
                 "cannot resume the staged rollout: the previous revision does not load; every parent is on the revision in force"
             ),
@@ -51,9 +55,23 @@ pub(crate) async fn resume(
     }
 }
 
-/// The rule set of a kept revision: its rule file and templates, loaded as at the time.
-async fn previous_set(revisions: &RevisionStore, rule: &str, number: u64, kinds: &Kinds) -> Result<RuleSet, String> {
-    let record = revisions.read_record(rule, number).await?;
+/// The rule set of a kept revision (from the ConfigMaps `kept`): its rule file and templates,
+/// loaded as at the time, stamped with its number, its kinds' scopes from discovery.
+pub(crate) async fn previous_set(
+    kept: &Api<ConfigMap>,
+    rule: &str,
+    number: u64,
+    kinds: &Kinds,
+) -> Result<RuleSet, String> {
+    let record = crate::runtime::revisions::read_record(kept, rule, number).await?;
+    let mut set = set_of_record(&record)?;
+    crate::runtime::run::check_scopes(&mut set, kinds).map_err(|e| e.to_string())?;
+    Ok(set)
+}
+
+/// The rule set a kept record's files load as: its rule alone (a rule file may hold others, whose
+/// templates the record does not keep), stamped with the revision's number.
+pub(crate) fn set_of_record(record: &Record) -> Result<RuleSet, String> {
     let files = |prefix: &str| -> Vec<SourceFile> {
         record
             .contents
@@ -65,7 +83,9 @@ async fn previous_set(revisions: &RevisionStore, rule: &str, number: u64, kinds:
             .collect()
     };
     let mut set = load_sources(&files("templates/"), &files("rules/")).map_err(|d| d.to_string())?;
-    set.rules.retain(|r| r.name == rule);
-    crate::runtime::run::check_scopes(&mut set, kinds).map_err(|e| e.to_string())?;
+    set.rules.retain(|r| r.name == record.rule);
+    for kept in &mut set.rules {
+        kept.revision = Some(record.revision.number);
+    }
     Ok(set)
 }

@@ -29,6 +29,7 @@ use crate::runtime::controller::Shared;
 use crate::runtime::reload::{DirWatcher, fingerprint};
 use crate::runtime::revisions::RevisionStore;
 use crate::runtime::rollout::{self, Advanced, Rollouts};
+use crate::runtime::rollout_control::{Requests as RolloutRequests, Seen};
 use crate::runtime::rollout_report::RolloutReport;
 use crate::runtime::shutdown;
 use crate::runtime::supervisor::{Ended, Supervisor};
@@ -177,9 +178,16 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
             }
         }
     }
+    // Recorded once this replica leads (a standby writes nothing), and before the set is
+    // shared: each rule carries its revision number into the parents' status.
+    let mut revisions = RevisionStore::new(client.clone(), &settings.status_namespace, settings.keep_revisions);
+    let revisions_in_force = revisions.record(&mut set).await;
     let (rollouts, mut halts) = Rollouts::new();
+    let pins = crate::runtime::pins::Pins::new(client.clone(), &settings.status_namespace);
+    pins.set_kept(revisions.kept()).await;
     let shared = Arc::new(Shared {
         rollouts,
+        pins,
         recorder,
         writers,
         client,
@@ -193,12 +201,6 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         circuit: crate::runtime::controller::Threshold(settings.circuit_failures),
     });
     let (set, kinds) = shared.snapshot();
-    let mut revisions = RevisionStore::new(
-        shared.client.clone(),
-        &settings.status_namespace,
-        settings.keep_revisions,
-    );
-    let revisions_in_force = revisions.record(&set).await;
     let mut rollout_report = RolloutReport::new(shared.client.clone(), &settings.status_namespace);
     // Before any controller starts: no parent is reconciled under the wrong revision meanwhile.
     crate::runtime::rollout_resume::resume(&shared.rollouts, &set, &kinds, &revisions, &mut rollout_report).await;
@@ -235,6 +237,8 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     }
     // A standby may have waited long: pick up what changed on disk meanwhile.
     reloader.reload().await;
+    // After the reload: a request is about the revision in force.
+    let mut requests = RolloutRequests::watch(shared.client.clone(), &settings.status_namespace);
     let lost = loop {
         let retry_at = reloader.retry.map(|(at, _)| at);
         let restart_at = reloader.supervisor.next_restart();
@@ -247,6 +251,10 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
             ended = reloader.supervisor.next_ended() => reloader.report_ended(&ended),
             () = sleep_until(step_at) => reloader.advance_rollouts().await,
             Some(rule) = halts.recv() => reloader.rollout_halted(&rule).await,
+            Some(request) = requests.next() => {
+                reloader.rollout_request(&request).await;
+                requests.done(&request).await;
+            }
             () = sleep_until(restart_at) => reloader.supervisor.restart_due(),
         }
     };
@@ -415,6 +423,81 @@ impl Reloader {
         if staging.state().phase == crate::engine::rollout::select::Phase::RolledBack {
             self.supervisor.reconcile_all(rule);
         }
+    }
+
+    /// Follows `ruleop rollout pause|resume|undo` (`request`): the rollout takes the state the
+    /// request leads to, which is recorded before any parent follows it; every parent of the rule
+    /// is then reconciled (only those whose revision changed write). A refused request is logged
+    /// and a Warning Event `RolloutRequestRefused`.
+    async fn rollout_request(&mut self, request: &Seen) {
+        let rule = request.rule.as_str();
+        let text = match self.follow_request(request).await {
+            Ok(text) => text,
+            Err(why) => {
+                warn!(rule, request = %request.name, error = %why, "rollout request refused");
+                self.publish_warning(
+                    "RolloutRequestRefused",
+                    "Refuse",
+                    format!("the request {} about rule {rule:?} is refused: {why}", request.name),
+                );
+                return;
+            }
+        };
+        info!(rule, state = %text, "rollout request followed");
+        self.rollout_report.write(rule, text).await;
+        if let Some(staging) = self.shared.rollouts.get(rule) {
+            staging.publish();
+        }
+        self.supervisor.reconcile_all(rule);
+    }
+
+    /// The rollout's state after `request`, taken (not yet published), or why not.
+    async fn follow_request(&mut self, request: &Seen) -> Result<String, String> {
+        use crate::engine::rollout::control::{self, Command};
+        let rule = request.rule.as_str();
+        let parsed = control::Request::from_data(&request.data).map_err(|e| e.to_string())?;
+        let (set, kinds) = self.shared.snapshot();
+        let in_force = set.rule(rule).ok_or_else(|| format!("rule {rule:?} is not in force"))?;
+        let revision = in_force.revision.unwrap_or_else(|| self.revisions.latest(rule));
+        let staging = self.shared.rollouts.get(rule);
+        let state = staging.as_ref().map(|s| s.state());
+        let next = control::apply(state.as_ref(), revision, &parsed).map_err(|e| e.to_string())?;
+        let note = format!(
+            "{} by ruleop rollout {} at {}",
+            match parsed.command {
+                Command::Pause => "paused",
+                Command::Resume => "resumed",
+                Command::Undo => "undone",
+            },
+            parsed.command.as_str(),
+            jiff::Timestamp::now()
+        );
+        // The same rollout, when the request was about it; else an undo from no rollout.
+        if let Some(staging) =
+            staging.filter(|_| state.as_ref().is_some_and(|s| s.to == next.to && s.from == next.from))
+        {
+            staging.take(next, note);
+            return Ok(staging.describe());
+        }
+        let previous =
+            crate::runtime::rollout_resume::previous_set(self.revisions.config_maps(), rule, next.from, &kinds)
+                .await
+                .map_err(|e| format!("revision {} does not load: {e}", next.from))?;
+        let policy = in_force
+            .rollout
+            .clone()
+            .unwrap_or_else(crate::engine::rollout::policy::Rollout::all_at_once);
+        let recorded = rollout::Recorded {
+            state: next,
+            started_at: jiff::Timestamp::now(),
+            note: Some(note),
+        };
+        // A new rollout is followed as soon as it starts: on record first.
+        let staging = rollout::Staging::resumed(Arc::new(previous), policy, recorded);
+        let text = staging.describe();
+        self.rollout_report.write(rule, text.clone()).await;
+        self.shared.rollouts.start(rule, staging);
+        Ok(text)
     }
 
     /// A Warning Event on the `ruleop-status` ConfigMap, where the state of the rules is reported.
@@ -600,7 +683,8 @@ impl Reloader {
             .iter()
             .map(|r| (r.name.clone(), self.revisions.latest(&r.name)))
             .collect();
-        self.status.revisions = self.revisions.record(&set).await;
+        self.status.revisions = self.revisions.record(&mut set).await;
+        self.shared.pins.set_kept(self.revisions.kept()).await;
         let staged = rollout::stage(&self.shared.rollouts, &current_set, &set, |rule| {
             (before.get(rule).copied().unwrap_or(0), self.revisions.latest(rule))
         });

@@ -108,6 +108,17 @@ impl Report {
     }
 }
 
+/// A kept revision to diff instead of the files (`--revision N --rule RULE`).
+#[derive(Debug, Clone)]
+pub(crate) struct Kept {
+    /// The rule.
+    pub rule: String,
+    /// Its kept revision.
+    pub revision: u64,
+    /// Where the revisions are kept.
+    pub status_namespace: String,
+}
+
 /// `ruleop diff` as a command: prints the diff on stdout and the summary on stderr; returns
 /// the exit code (0 no change, 1 changes, 2 error).
 pub(crate) fn command(
@@ -115,17 +126,29 @@ pub(crate) fn command(
     namespace: Option<String>,
     selector: Option<String>,
     now: Option<String>,
+    kept: Option<Kept>,
 ) -> u8 {
-    let Some(set) = crate::cmd::live::load_rules(&sources, "proposed rules") else {
+    let Some(runtime) = crate::cmd::live::runtime() else {
+        return 2;
+    };
+    let set = match &kept {
+        None => crate::cmd::live::load_rules(&sources, "proposed rules"),
+        Some(kept) => runtime
+            .block_on(crate::cmd::rollout::kept_set(
+                &kept.rule,
+                kept.revision,
+                &kept.status_namespace,
+            ))
+            .map_err(|e| eprintln!("error: {e:#}"))
+            .ok(),
+    };
+    let Some(set) = set else {
         return 2;
     };
     let options = Options {
         namespace,
         selector,
         now: now.unwrap_or_else(crate::runtime::clock::now_rfc3339),
-    };
-    let Some(runtime) = crate::cmd::live::runtime() else {
-        return 2;
     };
     match runtime.block_on(diff(&set, &options)) {
         Ok(report) => {

@@ -219,14 +219,36 @@ pub struct DesiredStatus {
     pub fields: Map<String, Value>,
     /// Conditions this plan sets.
     pub conditions: Vec<WantedCondition>,
+    /// The rule's revision, for `status.ruleopRevision` (rules with `spec.rollout` in `ruleop
+    /// run`): written only with a write the reconcile makes anyway, never on its own.
+    pub revision: Option<u64>,
 }
+
+/// The status field naming the revision of the rule that last changed the parent.
+pub const REVISION_FIELD: &str = "ruleopRevision";
 
 impl DesiredStatus {
     /// The merge patch taking `parent`'s status to this one, plus `extra` conditions; `None`
-    /// if it already holds.
+    /// if it already holds. A patch carries `status.ruleopRevision` when it names another
+    /// revision than the parent's: a status that changes is a change the revision made.
     pub fn patch_against(&self, parent: &Value, extra: &[WantedCondition], now: &str) -> Option<Value> {
         let wanted: Vec<WantedCondition> = self.conditions.iter().chain(extra).cloned().collect();
-        status_patch(parent, self.generation, self.fields.clone(), &wanted, now)
+        let mut patch = status_patch(parent, self.generation, self.fields.clone(), &wanted, now)?;
+        if let (Some(stamp), Some(status)) = (self.revision_patch(parent), patch.get_mut("status")) {
+            status[REVISION_FIELD] = stamp["status"][REVISION_FIELD].clone();
+        }
+        Some(patch)
+    }
+
+    /// `{"status": {"ruleopRevision": n}}` when the parent records another revision (or none),
+    /// for a reconcile that changed children but not the status: what it costs is that one
+    /// status write, once per revision that changes the parent's children. `None` otherwise.
+    pub fn revision_patch(&self, parent: &Value) -> Option<Value> {
+        let revision = self.revision?;
+        let recorded = parent
+            .pointer(&format!("/status/{REVISION_FIELD}"))
+            .and_then(Value::as_u64);
+        (recorded != Some(revision)).then(|| json!({"status": {REVISION_FIELD: revision}}))
     }
 }
 
@@ -543,6 +565,7 @@ fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan,
         generation: parent_ref.generation,
         fields: managed,
         conditions: wanted_conditions,
+        revision: rule.rollout.as_ref().and(rule.revision),
     };
     let status_patch = status.patch_against(parent, &[], now);
     Ok(Plan {
@@ -613,4 +636,56 @@ pub(crate) fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
 /// see [`ownership::owned`]).
 pub fn is_child_of(object: &Value, rule: &str, parent_uid: &str) -> bool {
     label(object, LABEL_RULE) == Some(rule) && label(object, LABEL_PARENT_UID) == Some(parent_uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desired(revision: Option<u64>) -> DesiredStatus {
+        DesiredStatus {
+            generation: 1,
+            fields: Map::new(),
+            conditions: Vec::new(),
+            revision,
+        }
+    }
+
+    const NOW: &str = "2026-12-04T00:00:00Z";
+
+    #[test]
+    fn the_revision_rides_on_a_status_write_made_anyway_and_never_makes_one_alone() {
+        let unchanged = json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 1, "conditions": [], REVISION_FIELD: 1}});
+        assert_eq!(
+            desired(Some(2)).patch_against(&unchanged, &[], NOW),
+            None,
+            "a status that holds is not written for the revision"
+        );
+        let stale = json!({"metadata": {"generation": 1}, "status": {"observedGeneration": 0, REVISION_FIELD: 1}});
+        let patch = desired(Some(2)).patch_against(&stale, &[], NOW).expect("a patch");
+        assert_eq!(patch["status"][REVISION_FIELD], 2);
+        assert_eq!(patch["status"]["observedGeneration"], 1);
+        let without = desired(None).patch_against(&stale, &[], NOW).expect("a patch");
+        assert!(
+            without["status"].get(REVISION_FIELD).is_none(),
+            "a rule without a revision writes none"
+        );
+    }
+
+    #[test]
+    fn changed_children_record_the_revision_only_when_the_parent_names_another() {
+        let on_one = json!({"status": {REVISION_FIELD: 1}});
+        assert_eq!(
+            desired(Some(2)).revision_patch(&on_one),
+            Some(json!({"status": {REVISION_FIELD: 2}}))
+        );
+        assert_eq!(desired(Some(1)).revision_patch(&on_one), None);
+        assert_eq!(desired(None).revision_patch(&on_one), None);
+        let garbage = json!({"status": {REVISION_FIELD: "two"}});
+        assert_eq!(
+            desired(Some(2)).revision_patch(&garbage),
+            Some(json!({"status": {REVISION_FIELD: 2}})),
+            "a value someone else wrote is replaced"
+        );
+    }
 }

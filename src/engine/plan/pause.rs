@@ -40,6 +40,7 @@ pub(crate) fn plan(parent: &Value, now: &str) -> Plan {
                  actions until it is removed"
             ),
         }],
+        revision: None,
     };
     Plan {
         children: Vec::new(),

@@ -4,6 +4,7 @@
 //! Nothing here reads the cluster or a clock: the kept revisions, the rollout's state and the
 //! time are inputs (see docs/concepts/rollouts.md).
 
+pub mod control;
 pub mod order;
 pub mod policy;
 pub mod record;

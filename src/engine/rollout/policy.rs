@@ -38,6 +38,20 @@ pub struct Step {
 }
 
 impl Rollout {
+    /// One step of 100%: what an undone rule without `spec.rollout` is held by (it never steps:
+    /// an undone rollout stays until the files change).
+    pub fn all_at_once() -> Rollout {
+        Rollout {
+            steps: vec![Step {
+                percent: 100,
+                pause: Duration::ZERO,
+            }],
+            max_failures: 0,
+            on_failure: OnFailure::Halt,
+            condition: DEFAULT_CONDITION.to_owned(),
+        }
+    }
+
     /// One line for people: `10% (pause 1m), then 100%; halts after more than 0 failures of
     /// Ready, moved parents stay`.
     pub fn describe(&self) -> String {

@@ -470,6 +470,7 @@ impl RuleChecker<'_> {
             resync,
             rollout,
             cluster_scoped: builtin_cluster_scoped(&doc.spec),
+            revision: None,
             spec: doc.spec,
         })
     }

@@ -32,6 +32,10 @@ pub struct Rule {
     /// `(apiVersion, kind)` of the rule's child and action kinds that are cluster-scoped: built-in
     /// kinds when loaded, replaced by discovery's answer in `ruleop run` ([`Rule::set_scopes`]).
     pub cluster_scoped: std::collections::BTreeSet<(String, String)>,
+    /// The number of the revision these files are, once `ruleop run` has recorded it (`None`
+    /// offline, where no cluster numbers revisions). A rule with `spec.rollout` writes it as
+    /// its parents' `status.ruleopRevision` whenever a reconcile changes something.
+    pub revision: Option<u64>,
 }
 
 /// Whether an `apiVersion` is one of Kubernetes' own APIs: the core group (`v1`), a group
@@ -57,6 +61,7 @@ impl Rule {
             digest: String::new(),
             files: Default::default(),
             cluster_scoped: Default::default(),
+            revision: None,
         }
     }
 

@@ -140,6 +140,11 @@ fn status_schema(rule: &Rule, schema: &ParentSchema) -> Value {
             },
         })
     });
+    if rule.spec.rollout.is_some() {
+        properties
+            .entry(crate::engine::plan::REVISION_FIELD)
+            .or_insert_with(|| json!({"type": "integer", "format": "int64", "description": "The revision of the rule that last changed this object (see ruleop rollout history)."}));
+    }
     if !rule.spec.actions.is_empty() {
         properties.entry("actions").or_insert_with(|| {
             json!({

@@ -347,6 +347,11 @@ impl<'a> RuleReads<'a> {
         let rule_at = SourceLocation::new(&self.rule.file, 0, 0);
         written.push(("conditions".to_owned(), rule_at.clone()));
         written.push(("observedGeneration".to_owned(), rule_at.clone()));
+        if let Some(rollout) = &spec.rollout {
+            // At spec.rollout: it is what makes the rule write the field.
+            let at = SourceLocation::from_span(&self.rule.file, &rollout.referenced);
+            written.push((crate::engine::plan::REVISION_FIELD.to_owned(), at));
+        }
         for action in &spec.actions {
             let at = SourceLocation::from_span(&self.rule.file, &action.id.referenced);
             written.push(("actions".to_owned(), at.clone()));

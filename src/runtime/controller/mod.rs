@@ -67,6 +67,8 @@ pub(crate) struct Shared {
     pub rollouts: crate::runtime::rollout::Rollouts,
     /// Failed reconciles in a row that open a parent's circuit (`--circuit-failures`).
     pub circuit: Threshold,
+    /// The kept revisions parents may be pinned to, and the pinned ones' rule sets.
+    pub pins: crate::runtime::pins::Pins,
 }
 
 impl Shared {
@@ -91,6 +93,14 @@ pub(crate) enum ReconcileError {
     /// The child or lookup caches have not listed yet (a watch failing, see `/readyz`).
     #[error("the caches of this rule have not synced within {0:?}; retrying")]
     NotSynced(Duration),
+    /// The parent's `ruleop.io/revision` pin cannot be followed (reported on the parent).
+    #[error("{message}")]
+    Pin {
+        /// `InvalidRevisionPin`, `RevisionNotKept` or `RevisionNotServable`.
+        reason: &'static str,
+        /// What is wrong and what to write instead.
+        message: String,
+    },
 }
 
 impl ReconcileError {
@@ -99,6 +109,7 @@ impl ReconcileError {
             ReconcileError::Plan(e) => e.reason(),
             ReconcileError::Apply(e) => e.reason(),
             ReconcileError::NotSynced(_) => "CachesNotSynced",
+            ReconcileError::Pin { reason, .. } => reason,
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::engine::plan::context::ParentRef;
 use crate::engine::plan::deletion;
 use crate::engine::plan::ownership;
 use crate::engine::plan::{self};
+use crate::engine::rollout::select::{REVISION_ANNOTATION, Revisions};
 use crate::engine::rules::{Rule, RuleSet};
 use crate::ops::metrics::Outcome;
 use crate::runtime::clock::now_rfc3339;
@@ -101,7 +102,12 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
     }
     let (set, kinds) = ctx.shared.snapshot();
     let namespace = parent.namespace().unwrap_or_default();
-    let set = staged_set(&ctx, &parent, &namespace).unwrap_or(set);
+    let (set, refused) = match chosen_set(&ctx, &parent, &namespace, &set, &kinds).await {
+        Ok(chosen) => (chosen.unwrap_or(set), None),
+        // A parent being deleted is cleaned up under the rule in force, whatever its pin says.
+        Err(_) if parent.meta().deletion_timestamp.is_some() => (set, None),
+        Err(refused) => (set, Some(refused)),
+    };
     let Some(rule) = set.rule(&ctx.rule_name) else {
         return Ok(Action::await_change());
     };
@@ -132,7 +138,7 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
     if ctx.shared.writers.is_sharded() {
         ctx.shared.observability.metrics.shard_reconciled(writer.index());
     }
-    let result = reconcile_parent(&ctx, writer, &set, rule, &kinds, &parent, &namespace).await;
+    let result = reconcile_parent(&ctx, writer, &set, rule, &kinds, &parent, &namespace, refused).await;
     debug!(parent = %parent.name_any(), elapsed = ?started.elapsed(), ok = result.is_ok(), "reconciled");
     let outcome = match &result {
         Ok(_) => Outcome::Ok,
@@ -158,6 +164,45 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
     result
 }
 
+/// The rule set this parent is reconciled under when it is not the one in force (`None`): the
+/// kept revision its `ruleop.io/revision` annotation pins (the engine decides which, among the
+/// rule's own kept revisions), else the one the rule's staged rollout gives it. A pin that cannot
+/// be followed is an error on this parent alone.
+async fn chosen_set(
+    ctx: &RuleContext,
+    parent: &DynamicObject,
+    namespace: &str,
+    set: &RuleSet,
+    kinds: &Kinds,
+) -> Result<Option<Arc<RuleSet>>, ReconcileError> {
+    let Some(in_force) = set.rule(&ctx.rule_name) else {
+        return Ok(None);
+    };
+    if !parent.annotations().contains_key(REVISION_ANNOTATION) {
+        return Ok(staged_set(ctx, parent, namespace));
+    }
+    let refused = |reason: &'static str, message: String| ReconcileError::Pin { reason, message };
+    let kept = ctx.shared.pins.kept(&ctx.rule_name);
+    let metadata = serde_json::json!({"metadata": {"annotations": parent.annotations()}});
+    let choice = Revisions::new(&kept, in_force.revision.unwrap_or_default())
+        .for_parent(&metadata)
+        .map_err(|e| refused(e.reason(), e.to_string()))?;
+    if Some(choice.revision) == in_force.revision {
+        return Ok(None);
+    }
+    if let Some(staging) = ctx.shared.rollouts.get(&ctx.rule_name)
+        && staging.previous.rule(&ctx.rule_name).and_then(|r| r.revision) == Some(choice.revision)
+    {
+        return Ok(Some(staging.previous.clone()));
+    }
+    ctx.shared
+        .pins
+        .set_of(in_force, choice.revision, kinds)
+        .await
+        .map(Some)
+        .map_err(|e| refused(e.reason(), e.to_string()))
+}
+
 /// During a staged rollout of the rule, the rule set a parent the current step has not moved is
 /// reconciled under: the one the change replaced (`None`: the set in force). A moved parent is
 /// watched for going from ready to not ready, which may halt the rollout.
@@ -178,6 +223,7 @@ fn staged_set(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> Opt
     None
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn reconcile_parent(
     ctx: &RuleContext,
     writer: &crate::ha::shard::ShardWriter,
@@ -186,6 +232,7 @@ async fn reconcile_parent(
     kinds: &Kinds,
     parent: &DynamicObject,
     namespace: &str,
+    refused: Option<ReconcileError>,
 ) -> Result<Action, ReconcileError> {
     let uid = parent.uid().unwrap_or_default();
     // Planning against a child cache that has not listed yet would see every child missing. The
@@ -244,6 +291,20 @@ async fn reconcile_parent(
         kind: ctx.parent_kind.resource.kind.clone(),
         reference: parent.object_ref(&ctx.parent_kind.resource),
     };
+    if let Some(refused) = refused {
+        // Nothing is planned under a revision the parent did not ask for: Ready=False says why.
+        report_failure(
+            &cluster,
+            &handle,
+            rule,
+            &parent_json,
+            refused.reason(),
+            &refused.to_string(),
+            &now,
+        )
+        .await;
+        return Err(refused);
+    }
     debug!(parent = %parent.name_any(), children = observed.len(), "planning");
     let read = ctx.lookups.recording();
     let plan = plan::plan_with(&set.renderer, rule, &parent_json, &observed, &read, &now);

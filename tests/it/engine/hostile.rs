@@ -108,18 +108,7 @@ fn a_parent_over_the_size_cap_is_not_cached_and_is_told_so_once() {
         1,
         "reported once per generation"
     );
-    let reasons = || {
-        kubectl_ok(&[
-            "get",
-            "events",
-            "-n",
-            &ns.0,
-            "--field-selector",
-            "involvedObject.name=large",
-            "-o",
-            "jsonpath={.items[*].reason}",
-        ])
-    };
+    let reasons = || events(&ns.0, "involvedObject.name=large", "{.items[*].reason}");
     wait_until(WAIT, "the Warning Event on the large parent", || {
         reasons().contains("ObjectTooLarge")
     });

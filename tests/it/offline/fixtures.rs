@@ -73,14 +73,13 @@ fn run_case(dir: &Path) -> (bool, String) {
     if ok && parent.exists() {
         let observed = dir.join("observed");
         let observed = observed.exists().then_some(observed);
-        match offline::render(
-            &sources,
-            &schemas,
-            &parent,
-            observed.as_deref(),
-            OutputFormat::Yaml,
-            NOW,
-        ) {
+        let inputs = offline::RenderInputs {
+            file: &parent,
+            observed: observed.as_deref(),
+            output: OutputFormat::Yaml,
+            now: NOW,
+        };
+        match offline::render(&sources, &schemas, &inputs) {
             Ok(text) => output.push_str(&text),
             Err(e) => {
                 ok = false;

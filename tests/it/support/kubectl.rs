@@ -83,6 +83,21 @@ pub fn get(namespace: &str, what: &str, jsonpath: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A JSONPath read of the Events in `namespace` whose fields match `selector` (e.g.
+/// `reason=RolloutHalted`).
+pub fn events(namespace: &str, selector: &str, jsonpath: &str) -> String {
+    kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        selector,
+        "-o",
+        &format!("jsonpath={jsonpath}"),
+    ])
+}
+
 /// Whether an object exists.
 pub fn exists(namespace: &str, what: &str) -> bool {
     kubectl(&["get", "-n", namespace, what]).status.success()

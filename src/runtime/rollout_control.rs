@@ -1,0 +1,97 @@
+//! Follows `ruleop rollout pause|resume|undo`: each request is a ConfigMap `ruleop-rollout-<rule>`
+//! of the status namespace (label `ruleop.io/rollout-request: <rule>`), watched here and handed to
+//! the reload loop, which decides it (`engine::rollout::control`), records the rollout's new state
+//! in `ruleop-status` and then deletes the request, so each is followed once.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::engine::rollout::control::REQUEST_LABEL;
+
+/// One request as the watch saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    /// The rule it is about (its label).
+    pub(crate) rule: String,
+    /// Its ConfigMap's name.
+    pub(crate) name: String,
+    /// Its resourceVersion: the delete that lets it go is held to it, so a newer request made
+    /// meanwhile is not lost.
+    pub(crate) version: String,
+    /// Its data.
+    pub(crate) data: BTreeMap<String, String>,
+}
+
+/// The watch of the requests; it ends when dropped.
+pub(crate) struct Requests {
+    api: Api<ConfigMap>,
+    seen: mpsc::UnboundedReceiver<Seen>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Requests {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Requests {
+    /// Watches the requests in `namespace`: those made before this process are seen first.
+    pub(crate) fn watch(client: Client, namespace: &str) -> Self {
+        let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+        let (send, seen) = mpsc::unbounded_channel();
+        let stream = watcher(api.clone(), watcher::Config::default().labels(REQUEST_LABEL))
+            .default_backoff()
+            .applied_objects();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(next) = stream.next().await {
+                match next {
+                    Ok(config_map) => {
+                        let seen = Seen {
+                            rule: config_map.labels().get(REQUEST_LABEL).cloned().unwrap_or_default(),
+                            name: config_map.name_any(),
+                            version: config_map.resource_version().unwrap_or_default(),
+                            data: config_map.data.unwrap_or_default(),
+                        };
+                        if send.send(seen).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "watching the rollout requests failed; retrying"),
+                }
+            }
+        });
+        Requests { api, seen, task }
+    }
+
+    /// The next request.
+    pub(crate) async fn next(&mut self) -> Option<Seen> {
+        self.seen.recv().await
+    }
+
+    /// Lets a followed (or refused) request go. One already gone, or replaced by a newer one,
+    /// is left alone.
+    pub(crate) async fn done(&self, seen: &Seen) {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(seen.version.clone()),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.api.delete(&seen.name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(e) => warn!(request = %seen.name, error = %e, "deleting a followed rollout request failed"),
+        }
+    }
+}
