@@ -27,6 +27,9 @@ struct Children {
     /// Objects of a relist in progress (already as text: a relist of every child at start-up
     /// must not hold them all as object trees), swapped in whole when it completes.
     relist: Option<Vec<Entry>>,
+    /// Objects the last completed relist no longer listed (deleted while the watch was down: no
+    /// Delete event names them), until [`ChildIndex::take_vanished`].
+    vanished: Vec<Packed>,
 }
 
 /// One object as the index keeps it: its key, its parent's UID and its packed JSON text.
@@ -118,10 +121,17 @@ impl ChildIndex {
             }
             Event::InitDone => {
                 let listed = children.relist.take().unwrap_or_default();
-                *children = Children::default();
+                let previous = std::mem::take(&mut *children);
                 for entry in listed {
                     children.insert_entry(entry);
                 }
+                children.vanished = previous
+                    .by_parent
+                    .into_values()
+                    .flatten()
+                    .filter(|(key, _)| !children.parent_of.contains_key(key))
+                    .map(|(_, text)| text)
+                    .collect();
                 drop(children);
                 self.synced.send_replace(true);
             }
@@ -135,6 +145,17 @@ impl ChildIndex {
             .read()
             .ok()
             .and_then(|c| c.by_parent.get(parent_uid).map(|m| m.values().cloned().collect()))
+            .unwrap_or_default();
+        texts.iter().filter_map(|text| self.packer.unpack(text)).collect()
+    }
+
+    /// The objects the last completed relist no longer listed, once: their parents must look
+    /// again, though no Delete event came ([`crate::cache::relist`]).
+    pub(crate) fn take_vanished(&self) -> Vec<DynamicObject> {
+        let texts = self
+            .children
+            .write()
+            .map(|mut c| std::mem::take(&mut c.vanished))
             .unwrap_or_default();
         texts.iter().filter_map(|text| self.packer.unpack(text)).collect()
     }
@@ -160,6 +181,32 @@ mod tests {
             "metadata": {"name": name, "namespace": "ns", "labels": {LABEL_PARENT_UID: parent}},
         }))
         .expect("object")
+    }
+
+    #[test]
+    fn a_relist_that_no_longer_lists_a_child_hands_it_on_once_as_vanished() {
+        let index = ChildIndex::default();
+        for (event, _) in [
+            (Event::Init, ()),
+            (Event::InitApply(child("a", "p1")), ()),
+            (Event::InitApply(child("b", "p2")), ()),
+        ] {
+            index.apply(&event);
+        }
+        index.apply(&Event::InitDone);
+        assert!(
+            index.take_vanished().is_empty(),
+            "the first list: nothing was there before"
+        );
+        // "b" was deleted while the watch was down: the next relist lists only "a".
+        index.apply(&Event::Init);
+        index.apply(&Event::InitApply(child("a", "p1")));
+        index.apply(&Event::InitDone);
+        let vanished = index.take_vanished();
+        assert_eq!(vanished.len(), 1);
+        assert_eq!(vanished[0].metadata.name.as_deref(), Some("b"));
+        assert!(index.take_vanished().is_empty(), "handed on once");
+        assert!(index.children_of("p2").is_empty());
     }
 
     #[test]

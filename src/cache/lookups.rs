@@ -256,9 +256,8 @@ pub(crate) fn start(
         );
         let (index, parents, parent_resource) = (index.clone(), parents.clone(), parent_resource.clone());
         let namespaced = served.namespaced;
-        let stream = watch(served)
-            .reflect(writer)
-            .touched_objects()
+        // A relist's objects once the store shows it.
+        let stream = super::relist::touched_after_relists(watch(served).reflect(writer), true, Vec::new)
             .filter_map(|object| futures::future::ready(object.ok()))
             .flat_map(move |object| {
                 let key = LookupKey {

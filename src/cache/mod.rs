@@ -7,4 +7,5 @@ pub(crate) mod discovery;
 pub(crate) mod lookups;
 pub(crate) mod packed;
 pub(crate) mod parents;
+pub(crate) mod relist;
 pub(crate) mod watch;

@@ -243,7 +243,7 @@ fn parent_events(
     let mut housekeeping = Housekeeping::new(memory.clone(), shared.observability.clone(), rule.name.clone());
     let (requested, gone, queued) = (triggers.clone(), triggers.clone(), triggers.clone());
     let (index, previous, resource) = (bodies.clone(), writer.as_reader(), parent_kind.resource.clone());
-    shared
+    let events = shared
         .watch_parents(rule, parent_kind, config)
         // The store keeps metadata; the parents themselves are kept as text.
         .map(move |event| {
@@ -268,13 +268,13 @@ fn parent_events(
                     gone.forget(&parent_key(parent));
                 }
             }
-        })
-        .applied_objects()
-        .inspect(move |parent| {
-            if let Ok(parent) = parent {
-                queued.event(parent_key(parent), Trigger::ParentEvent);
-            }
-        })
+        });
+    // A relist's parents once the store and the bodies show it.
+    crate::cache::relist::touched_after_relists(events, false, Vec::new).inspect(move |parent| {
+        if let Ok(parent) = parent {
+            queued.event(parent_key(parent), Trigger::ParentEvent);
+        }
+    })
 }
 
 /// Each owned kind's resource and its cache of the rule's children.
@@ -308,20 +308,23 @@ fn watch_children(
         } else {
             shared.api(served)
         };
-        let stream = shared
-            .watch_in(api, rule, served, ours)
-            .inspect(move |event| {
+        let events = shared.watch_in(api, rule, served, ours).inspect({
+            let index = index.clone();
+            move |event| {
                 if let Ok(event) = event {
                     index.apply(event);
                 }
-            })
-            .touched_objects()
-            .inspect(move |child| {
+            }
+        });
+        // A relist's children once the index shows it, and those it no longer lists.
+        let stream = crate::cache::relist::touched_after_relists(events, true, move || index.take_vanished()).inspect(
+            move |child| {
                 if let Some(parent) = child.as_ref().ok().and_then(|c| parent_of(c, &parent_kind_of_child)) {
                     let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
                     queued.event(key, Trigger::ChildEvent);
                 }
-            });
+            },
+        );
         controller = if by_label {
             let parent_kind = parent_kind.clone();
             let mapper = move |child: DynamicObject| parent_of(&child, &parent_kind);
