@@ -100,3 +100,71 @@ fn an_api_server_outage_mid_convergence_is_survived_with_one_backup_per_parent()
     assert_eq!(jobs.len(), PARENTS, "every parent has its backup: {jobs:?}");
     assert!(jobs.values().all(|n| *n == 1), "exactly one Job per parent: {jobs:?}");
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to a process.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+// A change ruleop's watches missed (it was frozen while the API server restarted, so they come
+// back to a watch cache that has forgotten their resourceVersion: 410, a relist) is reconciled
+// once the relist is in, not lost until the resync. Before `cache/relist.rs` the relist's
+// reconciles read the caches from before it, found nothing to do, and spent their trigger.
+#[test]
+fn a_change_made_while_ruleop_could_not_watch_is_reconciled_after_the_relist() {
+    const MANY: usize = 1000;
+    let plane = restartable_control_plane();
+    let kind = crate::support::custom::CustomKind::new("relist", "Relisted");
+    kind.install();
+    let ns = Namespace::new("relist");
+    let (rules, templates) = kind.config_map_rule("relisted");
+    let operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    // "a-first" is listed first, so its reconcile starts while the rest of the relist streams in.
+    let objects: String = std::iter::once("a-first".to_owned())
+        .chain((0..MANY).map(|i| format!("p{i:03}")))
+        .map(|name| format!("---\n{}\n", kind.object(&name, r#"{"size": "before"}"#)))
+        .collect();
+    apply_yaml(&ns.0, &objects);
+    let size = || get(&ns.0, "configmap/a-first-cm", "{.data.size}");
+    wait_until(Duration::from_secs(120), "every child", || {
+        get(&ns.0, &format!("configmap/p{:03}-cm", MANY - 1), "{.data.size}") == "before" && size() == "before"
+    });
+    operator.idle_reconciles("relisted");
+
+    // Frozen, and its connections cut by a restart, so that no byte of the change can wait in
+    // a socket for it: the change is made with ruleop holding no connection at all.
+    signal(operator.pid(), "STOP");
+    plane.stop();
+    plane.start();
+    kubectl_ok(&[
+        "patch",
+        "-n",
+        &ns.0,
+        &format!("{}/a-first", kind.resource()),
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":"after"}}"#,
+    ]);
+    // The revision ruleop last saw is compacted away and the API server's watch cache starts
+    // afresh: its watches must relist.
+    let etcd = crate::support::etcd::etcd_client_url(plane).expect("the plane's etcd");
+    crate::support::etcd::compact_etcd(&etcd).expect("etcd compacts");
+    plane.stop();
+    plane.start();
+    signal(operator.pid(), "CONT");
+    let started = Instant::now();
+    wait_until(
+        Duration::from_secs(60),
+        "the missed change applied after the relist",
+        || size() == "after",
+    );
+    eprintln!(
+        "the missed change reached the child {:?} after ruleop resumed",
+        started.elapsed()
+    );
+    kind.uninstall();
+}

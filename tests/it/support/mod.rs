@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod console;
 pub mod custom;
+pub mod etcd;
 pub mod exposition;
 pub mod fleet;
 mod inputs;
