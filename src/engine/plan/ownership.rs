@@ -63,25 +63,25 @@ pub(crate) fn proves(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let annotated = annotation(object, ANNOTATION_PARENT) == Some(&parent_annotation(parent));
-    if parent.is_cluster_scoped() {
-        // Every child of a cluster-scoped parent carries a controller ownerReference; it counts
-        // only where the rule lets children be.
-        let in_allowed_place = namespace.is_empty()
-            || Some(namespace) == parent.home_namespace()
-            || owned_namespaces.contains(namespace)
-            || super::scope::namespace_allowed(rule, namespace, lookups);
-        let delete_action_object = label(object, LABEL_ACTION).is_some() && annotated;
-        return in_allowed_place && (has_controller_reference(object, &parent.uid) || delete_action_object);
+    // By reference; what an `on: delete` action created has none (it outlives the parent) and
+    // shows the annotation instead.
+    let referenced =
+        has_controller_reference(object, &parent.uid) || (label(object, LABEL_ACTION).is_some() && annotated);
+    if namespace == parent.namespace && !parent.is_cluster_scoped() {
+        return referenced;
     }
-    if namespace == parent.namespace {
-        // What an `on: delete` action created has no ownerReference (it outlives the parent).
-        let delete_action_object = label(object, LABEL_ACTION).is_some() && annotated;
-        return has_controller_reference(object, &parent.uid) || delete_action_object;
-    }
-    let in_allowed_namespace = namespace.is_empty()
+    let in_allowed_place = namespace.is_empty()
+        || Some(namespace) == parent.home_namespace()
         || owned_namespaces.contains(namespace)
         || super::scope::namespace_allowed(rule, namespace, lookups);
-    in_allowed_namespace && annotated
+    // Every child of a cluster-scoped parent carries a controller ownerReference; a namespaced
+    // parent's children elsewhere are owned by labels and the annotation.
+    in_allowed_place
+        && if parent.is_cluster_scoped() {
+            referenced
+        } else {
+            annotated
+        }
 }
 
 /// The `ruleop.io/parent` annotation's value for this parent: `<namespace>/<name>`, or
