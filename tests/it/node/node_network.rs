@@ -149,9 +149,20 @@ fn a_service_without_endpoints_is_refused_on_this_machine_at_once() {
     });
     assert!(last.contains(&cluster_ip), "refused at the ClusterIP: {last}");
     for host in [name.as_str(), cluster_ip.as_str()] {
-        let start = Instant::now();
-        let out = psql_version(&ns, host);
-        let took = start.elapsed();
+        // A lookup that times out on a loaded machine (EAI_AGAIN, seen in CI) says nothing about
+        // routing: it is retried, counted and printed; the timed try is the one that resolved.
+        let mut lookups_failed = 0;
+        let (out, took) = loop {
+            let start = Instant::now();
+            let out = psql_version(&ns, host);
+            let took = start.elapsed();
+            if text(&out.stderr).contains("could not translate host name") && lookups_failed < 5 {
+                lookups_failed += 1;
+                eprintln!("{host}: lookup failed ({lookups_failed}): {}", text(&out.stderr));
+                continue;
+            }
+            break (out, took);
+        };
         assert!(!out.status.success(), "psql to {host} succeeded");
         let stderr = text(&out.stderr);
         assert!(stderr.contains("Connection refused"), "psql to {host}: {stderr}");
