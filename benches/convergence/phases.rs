@@ -100,6 +100,8 @@ pub struct RunResult {
     pub resync: Option<Resync>,
     /// ruleop's reload phase: template edit to all N children updated.
     pub reload: Option<Duration>,
+    /// The same with the rule's `reloadConcurrency` set to each of `BENCH_RELOAD_SWEEP`.
+    pub reload_sweep: Vec<(u16, Duration)>,
     /// ruleop's fairness phase (N >= 1,000 only).
     pub fairness: Option<Fairness>,
     /// Anything worth a line under the table.
@@ -256,9 +258,18 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
             .notes
             .push("reload not measured at N >= 10,000 (its target is at N = 1,000)".to_owned());
     } else if extras.reload {
-        let (reload, note) = reload(ctx, contender, ns, n).await?;
-        result.reload = Some(reload);
+        let (took, note) = reload(ctx, contender, ns, n, None).await?;
+        result.reload = Some(took);
         result.notes.extend(note);
+        for &in_flight in &ctx.settings.reload_sweep {
+            let (took, note) = reload(ctx, contender, ns, n, Some(in_flight)).await?;
+            eprintln!(
+                "   reload with reloadConcurrency {in_flight}: {:.2} s",
+                took.as_secs_f64()
+            );
+            result.reload_sweep.push((in_flight, took));
+            result.notes.extend(note);
+        }
     }
     if extras.fairness && n >= 1000 {
         let (fair, notes) = fairness(ctx, contender, n).await?;
@@ -353,18 +364,27 @@ async fn resync(
 
 /// Hot reload: with N converged parents, replace the Service template by one adding a label
 /// (written aside, then renamed over, as an editor or the kubelet would) and time until all N
-/// Services carry it. Includes ruleop's default 500 ms debounce.
+/// Services carry it. Includes ruleop's default 500 ms debounce. With `reload_concurrency`, the
+/// rules are a copy of the contender's whose Database rule says `reloadConcurrency: <it>`, and
+/// the label's value is that number, so each run of a sweep waits for its own edit.
 async fn reload(
     ctx: &Ctx<'_>,
     contender: &'static dyn Contender,
     ns: &str,
     n: usize,
+    reload_concurrency: Option<u16>,
 ) -> Result<(Duration, Option<String>)> {
-    let templates = ctx.settings.state.join("templates-reload");
+    let tag = reload_concurrency.map_or_else(|| "default".to_owned(), |c| c.to_string());
+    let templates = ctx.settings.state.join(format!("templates-reload-{tag}"));
     let _ = std::fs::remove_dir_all(&templates);
     copy_tree(&ctx.settings.root.join("templates"), &templates)?;
+    let rules = match reload_concurrency {
+        Some(in_flight) => Some(rules_with_reload_concurrency(ctx, &tag, in_flight)?),
+        None => None,
+    };
     let setup = Setup {
         templates: Some(templates.clone()),
+        rules,
         ..Setup::default()
     };
     let op = Operator::start(ctx, contender, ns, &setup)?;
@@ -376,7 +396,7 @@ async fn reload(
     let text = std::fs::read_to_string(&service)?;
     let edited = text.replacen(
         "    app: {{ metadata.name }}\n",
-        "    app: {{ metadata.name }}\n    reload: \"1\"\n",
+        &format!("    app: {{{{ metadata.name }}}}\n    reload: \"{tag}\"\n"),
         1,
     );
     ensure!(
@@ -387,12 +407,42 @@ async fn reload(
     std::fs::write(&aside, edited)?;
     let start = Instant::now();
     std::fs::rename(&aside, &service)?;
-    if let Err(e) = wait_labelled::<Service>(&ctx.client, ns, "reload=1", n, timeout).await {
-        bail!("reload: {e:#} (log {})", op.log.display());
+    if let Err(e) = wait_labelled::<Service>(&ctx.client, ns, &format!("reload={tag}"), n, timeout).await {
+        bail!("reload ({tag}): {e:#} (log {})", op.log.display());
     }
     let took = start.elapsed();
     let note = op.stop("reload").await;
     Ok((took, note))
+}
+
+/// A copy of the shipped rules whose Database rule runs `in_flight` reconciles at once after a
+/// reload.
+fn rules_with_reload_concurrency(ctx: &Ctx<'_>, tag: &str, in_flight: u16) -> Result<PathBuf> {
+    let rules = ctx.settings.state.join(format!("rules-reload-{tag}"));
+    let _ = std::fs::remove_dir_all(&rules);
+    copy_tree(&ctx.settings.root.join("rules"), &rules)?;
+    let database = rules.join("database.yaml");
+    let text = std::fs::read_to_string(&database)?;
+    let concurrency = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("maxConcurrentReconciles:"))
+        .and_then(|v| v.trim().parse::<u16>().ok())
+        .unwrap_or(5);
+    // At most the rule's own concurrency below it: a sweep value under it runs with both lowered.
+    let edited = text.replacen(
+        &format!("  maxConcurrentReconciles: {concurrency}\n"),
+        &format!(
+            "  maxConcurrentReconciles: {}\n  reloadConcurrency: {in_flight}\n",
+            concurrency.min(in_flight)
+        ),
+        1,
+    );
+    ensure!(
+        edited != text,
+        "rules/database.yaml has no maxConcurrentReconciles line"
+    );
+    std::fs::write(&database, edited)?;
+    Ok(rules)
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<()> {

@@ -19,6 +19,8 @@ pub struct Settings {
     pub contenders: Vec<&'static dyn Contender>,
     /// `BENCH_IN_FLIGHT`: parents created concurrently.
     pub in_flight: usize,
+    /// `BENCH_RELOAD_SWEEP`: `reloadConcurrency` values the reload phase is repeated with.
+    pub reload_sweep: Vec<u16>,
     /// `BENCH_FLOOR_CONCURRENCY`: parents the floor (and kro) work on at once.
     pub floor_concurrency: usize,
     /// `BENCH_RESYNC`: the `resync:` of the rules copy used for the resync write count.
@@ -90,6 +92,11 @@ impl Settings {
             ns,
             contenders,
             in_flight: env_num("BENCH_IN_FLIGHT", 32)? as usize,
+            reload_sweep: env_or("BENCH_RELOAD_SWEEP", "")
+                .split(',')
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| v.trim().parse().with_context(|| format!("BENCH_RELOAD_SWEEP: {v:?}")))
+                .collect::<Result<_>>()?,
             floor_concurrency: env_num("BENCH_FLOOR_CONCURRENCY", max_concurrent)? as usize,
             resync: env_or("BENCH_RESYNC", "5s"),
             steady: Duration::from_secs(env_num("BENCH_STEADY_S", 5)?),

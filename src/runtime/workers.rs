@@ -148,14 +148,18 @@ impl Drop for Queued<'_> {
 }
 
 impl Workers {
-    /// `concurrency` workers (at least one) and a reload burst of [`RELOAD_BURST_FACTOR`] times
-    /// as many.
-    pub(crate) fn new(concurrency: u16) -> Self {
+    /// `concurrency` workers (at least one), and a reload burst that lets `reload_concurrency`
+    /// reconciles run at once in all (the rule's `reloadConcurrency`; by default
+    /// [`RELOAD_BURST_FACTOR`] times `concurrency` more).
+    pub(crate) fn new(concurrency: u16, reload_concurrency: Option<u16>) -> Self {
         let concurrency = usize::from(concurrency.max(1));
+        let burst = reload_concurrency.map_or(concurrency * RELOAD_BURST_FACTOR, |all| {
+            usize::from(all).saturating_sub(concurrency)
+        });
         Workers(Arc::new(Shared {
             state: Mutex::new(State {
                 free_slots: concurrency,
-                free_burst: concurrency * RELOAD_BURST_FACTOR,
+                free_burst: burst,
                 closed: false,
                 waiting: BTreeMap::new(),
                 last_served: None,
@@ -296,7 +300,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn parents_of_one_namespace_get_a_worker_in_the_order_they_were_queued() {
-        let workers = Workers::new(2);
+        let workers = Workers::new(2, None);
         let held = hold(&workers, 2).await;
         let queued = vec![("a", false); 50];
         let served = order_served(&workers, held, &queued).await;
@@ -306,7 +310,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_quiet_namespace_is_served_in_the_next_turn_however_many_a_busy_one_queued() {
-        let workers = Workers::new(1);
+        let workers = Workers::new(1, None);
         let held = hold(&workers, 1).await;
         let mut queued = vec![("busy", false); 1000];
         queued.push(("quiet", false));
@@ -327,7 +331,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn namespaces_take_turns_one_parent_each() {
-        let workers = Workers::new(1);
+        let workers = Workers::new(1, None);
         let held = hold(&workers, 1).await;
         let queued = [
             ("a", false),
@@ -343,7 +347,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_reload_may_use_the_burst_workers_and_nothing_else_may() {
-        let workers = Workers::new(1);
+        let workers = Workers::new(1, None);
         let _slot = workers.acquire("ns", false).await.expect("a slot");
         let mut burst = Vec::new();
         for _ in 0..RELOAD_BURST_FACTOR {
@@ -367,8 +371,33 @@ mod tests {
     }
 
     #[tokio::test(flavor = "current_thread")]
+    async fn a_rules_reload_concurrency_bounds_all_a_reload_runs_at_once() {
+        let workers = Workers::new(2, Some(5));
+        let mut held = Vec::new();
+        for _ in 0..5 {
+            let worker = tokio::time::timeout(Duration::from_secs(1), workers.acquire("ns", true)).await;
+            held.push(worker.expect("a worker is free").expect("not closed"));
+        }
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), workers.acquire("ns", true))
+                .await
+                .is_err(),
+            "five in all"
+        );
+        drop(held);
+        let equal = Workers::new(3, Some(3));
+        let _slots: Vec<_> = futures::future::join_all((0..3).map(|_| equal.acquire("ns", true))).await;
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), equal.acquire("ns", true))
+                .await
+                .is_err(),
+            "no burst when it equals the rule's concurrency"
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
     async fn a_freed_burst_worker_goes_to_a_reload_behind_other_waiters() {
-        let workers = Workers::new(1);
+        let workers = Workers::new(1, None);
         let _slot = workers.acquire("ns", false).await.expect("a slot");
         let mut burst = Vec::new();
         for _ in 0..RELOAD_BURST_FACTOR {
@@ -397,7 +426,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_stopping_controller_hands_out_no_more_workers() {
-        let workers = Workers::new(1);
+        let workers = Workers::new(1, None);
         let slot = workers.acquire("ns", false).await;
         let waiter = tokio::spawn({
             let workers = workers.clone();
@@ -414,7 +443,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_worker_granted_to_a_reconcile_that_was_dropped_goes_to_the_next_one() {
-        let workers = Workers::new(1);
+        let workers = Workers::new(1, None);
         let slot = workers.acquire("ns", false).await.expect("a slot");
         let dropped = tokio::spawn({
             let workers = workers.clone();

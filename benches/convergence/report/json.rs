@@ -69,6 +69,10 @@ pub fn report(r: &Report<'_>) -> Value {
                     "writes_restart_until_n_reconciled": counts(&s.writes_restart),
                 })),
                 "reload_s": x.reload.map(|d| d.as_secs_f64()),
+                "reload_sweep": x.reload_sweep.iter().map(|(in_flight, took)| json!({
+                    "reload_concurrency": in_flight,
+                    "seconds": took.as_secs_f64(),
+                })).collect::<Vec<_>>(),
                 "fairness": x.fairness.as_ref().map(|f| json!({
                     "quiet_parent_s": f.quiet.as_secs_f64(),
                     "busy_namespace_all_s": f.busy_all.as_secs_f64(),

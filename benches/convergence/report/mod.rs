@@ -283,6 +283,13 @@ impl Report<'_> {
              N=1000 |",
             cells(&reload)
         );
+        for (in_flight, took) in self.run(n, "ruleop").map_or(&[][..], |r| &r.reload_sweep[..]) {
+            let _ = writeln!(
+                md,
+                "| (5) reload with `reloadConcurrency: {in_flight}` (s, incl. 0.5 s debounce) {} |",
+                cells(&format!("{:.2}", took.as_secs_f64()))
+            );
+        }
         let fairness = self
             .run(n, "ruleop")
             .and_then(|r| r.fairness.as_ref())

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::model::{
-    ActionSpec, ActionTrigger, ChildSpec, FieldSource, HeaderValue, Located, LookupSpec, ParentScope, RULE_API_VERSION,
-    RULE_KIND, RuleDocument, RuleSpec, Scaling, SecretKeyRef, Watch,
+    ActionSpec, ActionTrigger, ChildSpec, DEFAULT_CONCURRENCY, FieldSource, HeaderValue, Located, LookupSpec,
+    ParentScope, RULE_API_VERSION, RULE_KIND, RuleDocument, RuleSpec, Scaling, SecretKeyRef, Watch,
 };
 use super::{Rule, RuleSet, inline_template_name};
 use crate::engine::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
@@ -322,6 +322,14 @@ impl RuleChecker<'_> {
                 });
         if spec.max_concurrent_reconciles == Some(0) {
             self.report(name_at.clone(), "spec.maxConcurrentReconciles must be at least 1", None);
+        }
+        let concurrency = spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
+        if let Some(reload) = spec.reload_concurrency.filter(|reload| *reload < concurrency) {
+            self.report(
+                name_at.clone(),
+                format!("spec.reloadConcurrency ({reload}) is less than maxConcurrentReconciles ({concurrency})"),
+                Some("a reload runs at least as many reconciles at once as any other time: raise it or leave it out"),
+            );
         }
         self.check_allowed_namespaces(spec);
         self.check_allowed_namespace_selector(spec, &name_at);

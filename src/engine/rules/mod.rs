@@ -312,4 +312,27 @@ mod tests {
         );
         assert_eq!(rule.lookup_selector("v1", "ConfigMap"), None);
     }
+
+    #[test]
+    fn a_reload_concurrency_below_the_rules_concurrency_is_refused_at_the_rule() {
+        let rule = |spec: &str| {
+            let text = format!(
+                "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  watch: {{apiVersion: example.com/v1, kind: R}}\n{spec}"
+            );
+            let file = ("r.yaml".to_owned(), std::path::PathBuf::from("rules/r.yaml"), text);
+            load::load_sources(&[], &[file])
+        };
+        let refused = rule("  maxConcurrentReconciles: 10\n  reloadConcurrency: 8\n")
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            refused.contains("rules/r.yaml:3:")
+                && refused.contains("reloadConcurrency (8) is less than maxConcurrentReconciles (10)"),
+            "{refused}"
+        );
+        assert!(rule("  reloadConcurrency: 4\n").is_err(), "below the default of 5");
+        let loaded = rule("  reloadConcurrency: 40\n").expect("loads");
+        assert_eq!(loaded.rules[0].spec.reload_concurrency, Some(40));
+    }
 }

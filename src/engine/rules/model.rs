@@ -44,6 +44,9 @@ pub(crate) struct RuleMetadata {
     pub name: Located<String>,
 }
 
+/// Parents of one rule reconciled at once when its `maxConcurrentReconciles` does not say.
+pub(crate) const DEFAULT_CONCURRENCY: u16 = 5;
+
 /// What a rule watches and what it produces for each watched object (the parent).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -59,6 +62,13 @@ pub struct RuleSpec {
     /// reconciles twice at the same time.
     #[serde(default)]
     pub max_concurrent_reconciles: Option<u16>,
+    /// How many parents of this rule reconcile at once right after a rule reload, which
+    /// re-reconciles every parent (default 4 times `maxConcurrentReconciles`, 20 at its default;
+    /// at least `maxConcurrentReconciles`). Each such reconcile is mostly one apply waiting on
+    /// the API server, so more in flight gets a template edit to every parent sooner, at the
+    /// price of a burst of writes.
+    #[serde(default)]
+    pub reload_concurrency: Option<u16>,
     /// Read-only objects the rule reads but does not own, in the context as `lookups.<id>`.
     #[serde(default)]
     pub lookups: Vec<LookupSpec>,
