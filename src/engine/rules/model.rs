@@ -54,7 +54,8 @@ pub struct RuleSpec {
     /// The parent kind this rule reconciles.
     pub watch: Watch,
     /// Period of the safety-net re-reconcile of every parent, e.g. `30s`, `10m`, `1h`
-    /// (default: the operator's `--default-resync`). Jittered by up to 10%.
+    /// (default: the operator's `--default-resync`). Each parent at its own fixed point
+    /// of the period (a hash of its UID), so resyncs are spread evenly over it.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub resync: Option<Located<String>>,

@@ -6,6 +6,7 @@
 mod circuit;
 mod policy;
 mod reconcile;
+mod resync;
 mod streams;
 
 use std::sync::{Arc, RwLock};

@@ -1,8 +1,8 @@
-//! When a parent is reconciled again: backoff after failures, short retries after conflicts and
-//! fenced writes, and resyncs spread by jitter. Every requeue goes through [`requeue`], so the
-//! trigger a reconcile reports (`resync`, `retry`, `requeue`) always matches what was asked.
+//! When a parent is reconciled again sooner than its resync (which the rule's resync wheel
+//! brings, [`super::resync`]): backoff after failures, short retries after conflicts and fenced
+//! writes, follow-ups a plan asks for. Every requeue goes through [`requeue`], so the trigger a
+//! reconcile reports (`retry`, `requeue`) always matches what was asked.
 
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,35 +79,21 @@ fn backoff(failures: u32) -> Duration {
         .min(MAX_BACKOFF)
 }
 
-/// When, and why, a parent whose plan applied runs again: at its (jittered) `resync`, or sooner:
-/// a moment after actions ran, when its plan waits for something (`retry`), or when its drift
-/// budget allows the repair it held back (`drift_wait`).
+/// When a parent whose plan applied runs again before its resync: a moment after actions ran,
+/// when its plan waits for something (`retry`), or when its drift budget allows the repair it
+/// held back (`drift_wait`); the earliest of those. `None` when none comes before `resync`: the
+/// resync wheel brings it back, and kube-runtime holds nothing for it until then.
 pub(super) fn after_success(
     resync: Duration,
     actions_ran: bool,
     drift_wait: Option<Duration>,
     retry: Option<Duration>,
-) -> (Duration, Trigger) {
-    let mut next = if actions_ran { AFTER_ACTIONS } else { resync };
-    if let Some(wait) = drift_wait {
-        next = next.min(wait);
-    }
-    let after = retry.map_or(next, |retry| retry.min(next));
-    let trigger = if after == resync {
-        Trigger::Resync
-    } else {
-        Trigger::Requeue
-    };
-    (after, trigger)
-}
-
-/// `period` plus up to 10% spread by parent and time, so N parents do not resync in one burst.
-pub(super) fn jittered(period: Duration, uid: &str) -> Duration {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    uid.hash(&mut hasher);
-    std::time::SystemTime::now().hash(&mut hasher);
-    let spread = period.as_millis() as u64 / 10;
-    period + Duration::from_millis(if spread == 0 { 0 } else { hasher.finish() % spread })
+) -> Option<Duration> {
+    [actions_ran.then_some(AFTER_ACTIONS), drift_wait, retry]
+        .into_iter()
+        .flatten()
+        .min()
+        .filter(|after| *after < resync)
 }
 
 #[cfg(test)]
@@ -125,57 +111,30 @@ mod tests {
     }
 
     #[test]
-    fn jitter_adds_at_most_a_tenth_of_the_period() {
-        let period = Duration::from_secs(60);
-        for uid in ["a", "b", "c", "0d6f-uid"] {
-            let jittered = jittered(period, uid);
-            assert!(jittered >= period && jittered < period + period / 10, "{jittered:?}");
-        }
-    }
-
-    #[test]
-    fn a_period_too_short_to_spread_is_kept() {
-        assert_eq!(jittered(Duration::from_millis(9), "a"), Duration::from_millis(9));
-        assert_eq!(jittered(Duration::ZERO, "a"), Duration::ZERO);
-    }
-
-    #[test]
     fn a_quiet_parent_waits_for_its_resync() {
         let resync = Duration::from_secs(300);
-        assert_eq!(after_success(resync, false, None, None), (resync, Trigger::Resync));
+        assert_eq!(after_success(resync, false, None, None), None);
     }
 
     #[test]
     fn actions_that_ran_bring_the_parent_back_in_a_second() {
         let resync = Duration::from_secs(300);
-        assert_eq!(
-            after_success(resync, true, None, None),
-            (AFTER_ACTIONS, Trigger::Requeue)
-        );
+        assert_eq!(after_success(resync, true, None, None), Some(AFTER_ACTIONS));
     }
 
     #[test]
     fn the_earliest_of_a_plan_wait_and_a_held_back_drift_repair_wins() {
         let resync = Duration::from_secs(300);
         let (drift, wait) = (Duration::from_secs(20), Duration::from_secs(7));
-        assert_eq!(
-            after_success(resync, false, Some(drift), Some(wait)),
-            (wait, Trigger::Requeue)
-        );
-        assert_eq!(
-            after_success(resync, false, Some(wait), Some(drift)),
-            (wait, Trigger::Requeue)
-        );
-        assert_eq!(
-            after_success(resync, true, None, Some(drift)),
-            (AFTER_ACTIONS, Trigger::Requeue)
-        );
+        assert_eq!(after_success(resync, false, Some(drift), Some(wait)), Some(wait));
+        assert_eq!(after_success(resync, false, Some(wait), Some(drift)), Some(wait));
+        assert_eq!(after_success(resync, true, None, Some(drift)), Some(AFTER_ACTIONS));
     }
 
     #[test]
     fn a_wait_later_than_the_resync_leaves_the_resync() {
         let resync = Duration::from_secs(30);
         let later = Some(Duration::from_secs(3600));
-        assert_eq!(after_success(resync, false, later, later), (resync, Trigger::Resync));
+        assert_eq!(after_success(resync, false, later, later), None);
     }
 }

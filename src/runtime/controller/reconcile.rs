@@ -25,7 +25,7 @@ use crate::ops::metrics::Outcome;
 use crate::runtime::clock::now_rfc3339;
 use crate::runtime::queue::Trigger;
 
-use super::policy::{after_success, jittered, requeue};
+use super::policy::{after_success, requeue};
 use super::{ReconcileError, RuleContext, parent_key};
 
 /// Longest a reconcile waits for its rule's caches to sync before it is retried later.
@@ -329,17 +329,20 @@ async fn reconcile_parent(
             if let Ok(mut failures) = ctx.failures.lock() {
                 failures.remove(&uid);
             }
-            let resync = jittered(rule.resync.unwrap_or(ctx.shared.default_resync), &uid);
+            let resync = rule.resync.unwrap_or(ctx.shared.default_resync);
             // Drift left uncorrected by the rate limit is corrected when the budget allows.
             let drift_wait = ctx.drift.wait(&uid, std::time::Instant::now());
-            let (after, trigger) = after_success(resync, actions_ran, drift_wait, retry);
-            Ok(requeue(ctx, parent, after, trigger))
+            Ok(
+                after_success(resync, actions_ran, drift_wait, retry).map_or_else(Action::await_change, |after| {
+                    requeue(ctx, parent, after, Trigger::Requeue)
+                }),
+            )
         }
         Err(e @ ApplyError::Immutable { .. }) => {
             let (reason, message) = ctx.failure_report(&uid, e.reason(), &e.to_string());
             report_failure(&cluster, &handle, rule, &parent_json, reason, &message, &now).await;
-            let resync = rule.resync.unwrap_or(ctx.shared.default_resync);
-            Ok(requeue(ctx, parent, resync, Trigger::Resync))
+            // Retried at its resync (the rule's resync wheel), or when it changes.
+            Ok(Action::await_change())
         }
         // The action layer already recorded these in status (and an Event); Ready is about children.
         Err(e @ (ApplyError::Action { .. } | ApplyError::EgressDenied { .. } | ApplyError::Conflict(_))) => {

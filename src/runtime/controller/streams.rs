@@ -33,6 +33,7 @@ use crate::runtime::workers::Workers;
 
 use super::policy::error_policy;
 use super::reconcile::reconcile;
+use super::resync;
 use super::{DEFAULT_CONCURRENCY, RuleContext, RunningController, Shared, parent_key};
 
 impl Shared {
@@ -162,6 +163,14 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
     if !rule.spec.lookups.is_empty() {
         controller = queue_on(controller, &triggers, Trigger::LookupEvent, lookup_changes);
     }
+    let period = rule.resync.unwrap_or(shared.default_resync);
+    let resyncs = resync::resync_wheel(
+        parent_store.clone(),
+        parent_kind.resource.clone(),
+        period,
+        shared.writers.clone(),
+    );
+    controller = queue_on(controller, &triggers, Trigger::Resync, resyncs);
     // A finished `http` delivery queues its parent, whose reconcile records the outcome.
     let (delivered, delivered_rx) = mpsc::unbounded();
     let deliveries = Arc::new(Deliveries::new(delivered));
