@@ -322,10 +322,10 @@ mod tests {
             let file = ("r.yaml".to_owned(), std::path::PathBuf::from("rules/r.yaml"), text);
             load::load_sources(&[], &[file])
         };
-        let refused = rule("  maxConcurrentReconciles: 10\n  reloadConcurrency: 8\n")
-            .err()
-            .expect("refused")
-            .to_string();
+        let Err(refused) = rule("  maxConcurrentReconciles: 10\n  reloadConcurrency: 8\n") else {
+            panic!("loaded")
+        };
+        let refused = refused.to_string();
         assert!(
             refused.contains("rules/r.yaml:3:")
                 && refused.contains("reloadConcurrency (8) is less than maxConcurrentReconciles (10)"),
