@@ -3,7 +3,10 @@
 //! For each created parent (handed over by the creator: no watch, no planning) it server-side
 //! applies the Service and StatefulSet that `ruleop render -o json` produces (rendered once for a
 //! placeholder parent, name and uid substituted), creates the backup Job and writes status once:
-//! 4 writes per parent, as many parents at once as ruleop reconciles.
+//! 4 writes per parent, as many parents at once as ruleop reconciles. The equal floor
+//! (`floor-equal`) first adds the finalizer the shipped rule's final backup needs (a merge patch
+//! of the parent, as ruleop sends): 5 writes, the same behaviour as the shipped rule, so its
+//! ratio compares equal work.
 
 use anyhow::{Context, Result, ensure};
 use futures::future::BoxFuture;
@@ -25,22 +28,40 @@ use crate::phases::Ctx;
 const PLACEHOLDER_NAME: &str = "bnchparentplaceholder";
 const PLACEHOLDER_UID: &str = "00000000-0000-4000-8000-0000b3c4a11d";
 
-/// The floor contender.
-pub struct Floor;
+/// A floor contender.
+pub struct Floor {
+    /// Also add the final-backup finalizer to each parent (the equal floor).
+    finalizer: bool,
+}
 
-/// The one floor.
-pub static FLOOR: Floor = Floor;
+/// The bare floor: 4 writes per parent.
+pub static FLOOR: Floor = Floor { finalizer: false };
+
+/// The equal floor: the bare one plus the finalizer, 5 writes per parent.
+pub static FLOOR_EQUAL: Floor = Floor { finalizer: true };
+
+/// The finalizer ruleop adds to a parent whose rule has an on-delete action (the final backup).
+const FINALIZER: &str = "ruleop.io/cleanup";
 
 impl Contender for Floor {
     fn name(&self) -> &'static str {
-        "floor"
+        if self.finalizer { "floor-equal" } else { "floor" }
     }
 
     fn describe(&self) -> String {
-        "in the harness, a kube client that for each created parent applies the Service and StatefulSet \
-         `ruleop render` produces, creates the backup Job and writes status once (4 writes), \
-         `BENCH_FLOOR_CONCURRENCY` parents at a time; no process, so no RSS or CPU figure"
-            .to_owned()
+        let (first, writes) = if self.finalizer {
+            (
+                format!("adds the `{FINALIZER}` finalizer (a merge patch, as ruleop's final backup needs), "),
+                5,
+            )
+        } else {
+            (String::new(), 4)
+        };
+        format!(
+            "in the harness, a kube client that for each created parent {first}applies the Service and \
+             StatefulSet `ruleop render` produces, creates the backup Job and writes status once ({writes} \
+             writes), `BENCH_FLOOR_CONCURRENCY` parents at a time; no process, so no RSS or CPU figure"
+        )
     }
 
     fn runner(&self) -> Runner {
@@ -56,7 +77,15 @@ impl Contender for Floor {
         Box::pin(async move {
             let templates = FloorTemplates::render(ctx, ns).await?;
             let client = Client::try_from(ctx.config.clone())?;
-            run_floor(client, ns, &templates, parents, ctx.settings.floor_concurrency).await
+            run_floor(
+                client,
+                ns,
+                &templates,
+                parents,
+                ctx.settings.floor_concurrency,
+                self.finalizer,
+            )
+            .await
         })
     }
 }
@@ -140,14 +169,15 @@ impl FloorTemplates {
     }
 }
 
-/// For each created parent: server-side apply of its Service and StatefulSet, create the backup
-/// Job, one status write. `concurrency` parents at a time.
+/// For each created parent: the finalizer (with `finalizer`), server-side apply of its Service
+/// and StatefulSet, create the backup Job, one status write. `concurrency` parents at a time.
 async fn run_floor(
     client: Client,
     ns: &str,
     templates: &FloorTemplates,
     rx: mpsc::UnboundedReceiver<Created>,
     concurrency: usize,
+    finalizer: bool,
 ) -> Result<()> {
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
@@ -161,6 +191,12 @@ async fn run_floor(
             let (services, statefulsets, jobs, databases, apply) =
                 (&services, &statefulsets, &jobs, &databases, &apply);
             async move {
+                if finalizer {
+                    let add = json!({"metadata": {"finalizers": [FINALIZER]}});
+                    databases
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&add))
+                        .await?;
+                }
                 let service = FloorTemplates::instantiate(&templates.service, &name, &uid)?;
                 services
                     .patch(&format!("{name}-svc"), apply, &Patch::Apply(&service))

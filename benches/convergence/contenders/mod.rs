@@ -22,8 +22,9 @@ use crate::parents::{DATABASE, ParentKind};
 use crate::phases::Ctx;
 
 /// Every contender, in the order of the report's columns.
-pub static ALL: [&dyn Contender; 5] = [
+pub static ALL: [&dyn Contender; 6] = [
     &floor::FLOOR,
+    &floor::FLOOR_EQUAL,
     &ruleop::RULEOP,
     &kopf::KOPF,
     &ruleop::RULEOP_CHILDREN,
@@ -31,7 +32,7 @@ pub static ALL: [&dyn Contender; 5] = [
 ];
 
 /// The default `BENCH_CONTENDERS`.
-pub const DEFAULT: &str = "floor,ruleop,kopf,ruleop-children,kro";
+pub const DEFAULT: &str = "floor,floor-equal,ruleop,kopf,ruleop-children,kro";
 
 /// Looks a contender up by its name in `BENCH_CONTENDERS`.
 pub fn by_name(name: &str) -> Option<&'static dyn Contender> {

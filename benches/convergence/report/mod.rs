@@ -14,7 +14,12 @@ use crate::writes::{conflicts, counts_text, total};
 use machine::MachineInfo;
 
 /// The ratios shown beside the values: (numerator, denominator) contender names.
-const RATIOS: [(&str, &str); 3] = [("ruleop", "floor"), ("ruleop", "kopf"), ("ruleop-children", "kro")];
+const RATIOS: [(&str, &str); 4] = [
+    ("ruleop", "floor"),
+    ("ruleop", "floor-equal"),
+    ("ruleop", "kopf"),
+    ("ruleop-children", "kro"),
+];
 
 /// Bytes per cached object of ruleop at N = 1,000 in the run the issue started from
 /// (convergence-20261129-165135-N100-1000.md); the target is a quarter of it.
@@ -378,7 +383,11 @@ impl Report<'_> {
 
     fn targets_at(&self, n: usize, large: bool) -> String {
         let r = self.run(n, "ruleop");
-        let f = self.run(n, "floor");
+        // The equal floor (the same behaviour, finalizer included) when it ran: the fair base.
+        let (f, floor) = match self.run(n, "floor-equal") {
+            Some(equal) => (Some(equal), "floor-equal"),
+            None => (self.run(n, "floor"), "floor"),
+        };
         let conv = |x: Option<&RunResult>| x.map(|x| x.converge.as_secs_f64());
         let vs_floor = conv(r).zip(conv(f)).map(|(a, b)| a / b);
         let wpp = r.map(writes_per_parent);
@@ -390,14 +399,14 @@ impl Report<'_> {
         let floor_wpp = f.map(writes_per_parent);
         rows.push((
             "writes per parent during convergence <= 5".to_owned(),
-            format!("{} (floor {})", fmt(wpp, 2, ""), fmt(floor_wpp, 2, "")),
+            format!("{} ({floor} {})", fmt(wpp, 2, ""), fmt(floor_wpp, 2, "")),
             verdict(wpp.map(|w| w <= 5.0)),
         ));
         if large {
             rows.push((
-                "convergence, ratio to the floor".to_owned(),
+                format!("convergence, ratio to the {floor}"),
                 format!(
-                    "ruleop {} s, floor {} s: {}",
+                    "ruleop {} s, {floor} {} s: {}",
                     fmt(conv(r), 1, ""),
                     fmt(conv(f), 1, ""),
                     fmt(vs_floor, 2, "x")
@@ -406,8 +415,8 @@ impl Report<'_> {
             ));
         } else {
             rows.push((
-                "convergence within 1.25x of the floor".to_owned(),
-                format!("ruleop/floor = {}", fmt(vs_floor, 2, "x")),
+                format!("convergence within 1.25x of the {floor}"),
+                format!("ruleop/{floor} = {}", fmt(vs_floor, 2, "x")),
                 verdict(vs_floor.map(|v| v <= 1.25)),
             ));
             let c = r.map(|x| conflicts(&x.writes_converge));

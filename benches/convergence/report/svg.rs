@@ -25,6 +25,7 @@ const CATEGORIES: [(&str, &str); 5] = [
 fn colour(contender: &str, i: usize) -> &'static str {
     match contender {
         "floor" => "#7f7f7f",
+        "floor-equal" => "#bcbd22",
         "ruleop" => "#d62728",
         "kopf" => "#1f77b4",
         "ruleop-children" => "#ff7f0e",
