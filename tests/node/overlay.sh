@@ -7,10 +7,16 @@
 #
 #   tests/node/overlay.sh OUT && kubectl apply -k OUT
 #   (edit OUT/deploy/config/templates/... ) && kubectl apply -k OUT
+#
+# With --post-render it is a Helm post-renderer: the chart's rendered objects on stdin get the
+# same patches (tests/node/overlay/patches), tag and port, and are written to stdout:
+#
+#   helm install ruleop deploy/helm/ruleop -n ruleop-system --create-namespace \
+#     --post-renderer tests/node/overlay.sh --post-renderer-args --post-render
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-out="${1:?usage: $0 OUT}"
+usage="usage: $0 OUT | $0 --post-render <rendered.yaml"
 : "${KUBECONFIG:?set KUBECONFIG to the test control plane kubeconfig}"
 
 server="$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
@@ -18,16 +24,28 @@ port="${server##*:}"
 [[ "$port" =~ ^[0-9]+$ ]] || { echo "overlay.sh: no port in the server URL $server" >&2; exit 1; }
 tag="$(cat "$root/target/ruleop-image.tag" 2>/dev/null)" || { echo "overlay.sh: no target/ruleop-image.tag: run make image" >&2; exit 1; }
 
+if [ "${1:-}" = --post-render ]; then
+    out="$(mktemp -d)"
+    trap 'rm -rf "$out"' EXIT
+    cat >"$out/rendered.yaml"
+    resource=rendered.yaml
+else
+    out="${1:?$usage}"
+    mkdir -p "$out"
+    rm -rf "$out/deploy"
+    cp -a "$root/deploy" "$out/deploy"
+    # tests/node/overlay takes the patches itself.
+    resource=tests/node/overlay
+fi
 mkdir -p "$out/tests/node"
-rm -rf "$out/deploy" "$out/tests/node/overlay"
-cp -a "$root/deploy" "$out/deploy"
+rm -rf "$out/tests/node/overlay"
 cp -a "$here/overlay" "$out/tests/node/overlay"
 cat >"$out/kustomization.yaml" <<EOT
 # Written by tests/node/overlay.sh for the control plane at $server.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - tests/node/overlay
+  - $resource
 images:
   - name: ruleop
     newTag: "$tag"
@@ -38,3 +56,7 @@ patches:
         path: /spec/template/spec/containers/0/env/-
         value: {name: KUBERNETES_SERVICE_PORT, value: "$port"}
 EOT
+if [ "${1:-}" = --post-render ]; then
+    printf 'components:\n  - tests/node/overlay/patches\n' >>"$out/kustomization.yaml"
+    kubectl kustomize "$out"
+fi

@@ -4,39 +4,18 @@
 //! what deploy/ grants. Helm is the pinned one `scripts/helm.sh` builds from the Go module proxy.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
+use std::process::Command;
 
+use crate::support::helm::{CHART, helm_ok};
 use crate::support::mount::files_under;
 use crate::support::*;
 use serde_json::Value;
-
-const CHART: &str = "deploy/helm/ruleop";
-
-/// Runs the pinned helm (built on first use) in the project root.
-fn helm(args: &[&str]) -> Output {
-    Command::new(root().join("scripts/helm.sh"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("scripts/helm.sh runs")
-}
-
-fn helm_ok(args: &[&str]) -> String {
-    let out = helm(args);
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
 
 /// `helm template` of the chart in namespace ruleop-system, CRDs included, with `extra` args.
 fn template(extra: &[&str]) -> BTreeMap<String, Value> {
     let mut args = vec!["template", "ruleop", CHART, "-n", "ruleop-system", "--include-crds"];
     args.extend_from_slice(extra);
-    objects(&helm_ok(&args))
+    objects(&helm_ok(None, &args))
 }
 
 /// `kubectl kustomize` of a directory (offline: no cluster is asked).
@@ -89,7 +68,7 @@ fn assert_same_objects(helm: &BTreeMap<String, Value>, kustomize: &BTreeMap<Stri
 
 #[test]
 fn helm_lint_passes() {
-    let out = helm_ok(&["lint", "--strict", CHART]);
+    let out = helm_ok(None, &["lint", "--strict", CHART]);
     assert!(out.contains("1 chart(s) linted, 0 chart(s) failed"), "{out}");
 }
 
@@ -210,17 +189,10 @@ fn helm_install_creates_the_objects_and_helm_upgrade_rolls_a_changed_rule() {
     // A control plane of its own: deploy.rs's `kubectl apply -k deploy/` owns the same
     // cluster-scoped names on the shared one, and Helm refuses to adopt them.
     let plane = restartable_control_plane();
-    let kubeconfig = plane.kubeconfig.display().to_string();
-    helm_ok(&[
-        "install",
-        "ruleop",
-        CHART,
-        "-n",
-        "ruleop-system",
-        "--create-namespace",
-        "--kubeconfig",
-        &kubeconfig,
-    ]);
+    helm_ok(
+        Some(&plane.kubeconfig),
+        &["install", "ruleop", CHART, "-n", "ruleop-system", "--create-namespace"],
+    );
     for (namespace, object) in [
         ("", "crd/databases.myorg.io"),
         ("", "clusterrole/ruleop"),
@@ -244,22 +216,23 @@ fn helm_install_creates_the_objects_and_helm_upgrade_rolls_a_changed_rule() {
 
     // An edited template reaches the mounted ConfigMap through `helm upgrade`.
     let edited = "# edited\nkind: Service\n";
-    helm_ok(&[
-        "upgrade",
-        "ruleop",
-        CHART,
-        "-n",
-        "ruleop-system",
-        "--kubeconfig",
-        &kubeconfig,
-        "--set-json",
-        r#"rules.files={"app.yaml":"kind: Rule\n"}"#,
-        "--set-json",
-        &format!(
-            r#"rules.templates={{"database":{{"service.yaml.j2":{}}}}}"#,
-            Value::from(edited)
-        ),
-    ]);
+    helm_ok(
+        Some(&plane.kubeconfig),
+        &[
+            "upgrade",
+            "ruleop",
+            CHART,
+            "-n",
+            "ruleop-system",
+            "--set-json",
+            r#"rules.files={"app.yaml":"kind: Rule\n"}"#,
+            "--set-json",
+            &format!(
+                r#"rules.templates={{"database":{{"service.yaml.j2":{}}}}}"#,
+                Value::from(edited)
+            ),
+        ],
+    );
     assert_eq!(
         get(
             "ruleop-system",

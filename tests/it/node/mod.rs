@@ -1,6 +1,8 @@
 //! End to end on the node (containerd, kubelet, scheduler, kube-proxy, CoreDNS): ruleop as a
-//! Pod, the Database story, peers' examples that need Pods, Service routing.
+//! Pod, the Database story, peers' examples that need Pods, Service routing, and the Helm chart
+//! installed and upgraded there.
 
 mod e2e;
+mod helm_node;
 mod node_network;
 mod peers_node;

@@ -11,6 +11,7 @@ pub mod custom;
 pub mod etcd;
 pub mod exposition;
 pub mod fleet;
+pub mod helm;
 mod inputs;
 mod kubectl;
 pub mod metrics;

@@ -2,9 +2,10 @@
 //! (or reused from `RULEOP_NODE_KUBECONFIG`, which `make test` sets), and ruleop installed in it
 //! as docs/operations/deploy.md says, `kubectl apply -k` of deploy/ (through the test overlay, see
 //! tests/node/overlay.sh), running as a Pod. Tests that use the installation take it in turn
-//! ([`ruleop`]): there is one `ruleop-system` namespace.
+//! ([`ruleop`]), and a test that installs it another way (Helm) takes the same turn without it
+//! ([`without_ruleop`]): there is one `ruleop-system` namespace.
 
-use super::{ControlPlane, kubectl, kubectl_ok, root, wait_until};
+use super::{ControlPlane, kubectl, kubectl_ok, kubectl_with_stdin, root, wait_until};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -120,6 +121,46 @@ pub fn ruleop() -> MutexGuard<'static, Option<Installation>> {
             installation.wait_loaded(&installation.shipped.clone(), Duration::from_secs(120));
         }
     }
+    guard
+}
+
+/// The installation's turn, for a test that installs ruleop another way (Helm, under the same
+/// names: Helm does not adopt objects it did not create): the kustomize installation's objects
+/// are deleted, but for the Namespace and the CRDs (other tests' Databases are of those CRDs, and
+/// the chart's `crds/` takes them as they are), with its `ruleop-status` and its pod, and the next
+/// [`ruleop`] installs it again.
+pub fn without_ruleop() -> MutexGuard<'static, Option<Installation>> {
+    super::node_control_plane();
+    let mut guard = INSTALLATION.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    // The objects from a fresh overlay: a reused cluster may run an installation this process
+    // did not make.
+    let dir = tempfile::tempdir().expect("kustomization dir");
+    write_overlay(dir.path());
+    let rendered = kubectl_ok(&["kustomize", &dir.path().display().to_string()]);
+    let objects: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered).expect("kustomize's YAML");
+    let items: Vec<serde_json::Value> = objects
+        .into_iter()
+        .filter(|object| {
+            !object.is_null() && !matches!(object["kind"].as_str(), Some("CustomResourceDefinition" | "Namespace"))
+        })
+        .collect();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let out = kubectl_with_stdin(&["delete", "--ignore-not-found", "-f", "-"], Some(&list.to_string()));
+    assert!(
+        out.status.success(),
+        "deleting the kustomize installation: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    kubectl_ok(&[
+        "-n",
+        "ruleop-system",
+        "delete",
+        "configmap",
+        "ruleop-status",
+        "--ignore-not-found",
+    ]);
+    wait_until(Duration::from_secs(120), "no ruleop pod left", || pods().is_empty());
+    *guard = None;
     guard
 }
 
