@@ -189,6 +189,53 @@ pub fn runs_context(rule: &Rule, parent: &Value, ours: &[&Value]) -> Value {
     Value::Object(runs)
 }
 
+/// The `actions` context entry (`before`, from [`runs_context`]) as it stands once this
+/// reconcile's `create` runs are done and recorded: each shows its key, guard value, phase
+/// `Done`, its run count and start, and the object it creates (with this reconcile's `now` as
+/// `metadata.creationTimestamp` and an empty `status` unless it has them, as the API server
+/// returns it), as the next reconcile reads them from status and the cache.
+/// `None` when no `create` runs now. Status is evaluated with it, so the status written with a
+/// run already reports it (a backup Job's name, running) instead of a second status write once
+/// the object shows up; the apply layer writes that status only if the create succeeded.
+pub fn after_runs(before: &Value, decisions: &[ActionDecision], parent: &Value, now: &str) -> Option<Value> {
+    let mut after = before.as_object()?.clone();
+    let mut changed = false;
+    for decision in decisions.iter().filter(|d| d.run) {
+        let (Some(key), Some(guard_value), Some(Effect::Create(object))) =
+            (&decision.key, &decision.guard_value, &decision.effect)
+        else {
+            continue;
+        };
+        let record = RunRecord::read(parent, &decision.id);
+        let same = record.as_ref().filter(|r| &r.key == key);
+        let runs = record.as_ref().map_or(0, |r| r.runs) + u64::from(same.is_none());
+        let started_at = same
+            .and_then(|r| r.started_at.clone())
+            .unwrap_or_else(|| now.to_owned());
+        let mut object = object.clone();
+        if let Some(object) = object.as_object_mut() {
+            // What the API server adds on create: a time, and a status that says nothing yet.
+            object.entry("status").or_insert_with(|| json!({}));
+            if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                metadata.entry("creationTimestamp").or_insert_with(|| json!(now));
+            }
+        }
+        after.insert(
+            decision.id.clone(),
+            json!({
+                "key": key,
+                "guardValue": guard_value,
+                "phase": phase::DONE,
+                "runs": runs,
+                "startedAt": started_at,
+                "object": object,
+            }),
+        );
+        changed = true;
+    }
+    changed.then_some(Value::Object(after))
+}
+
 /// Length of an idempotency key: 8 bytes of SHA-256 in lowercase hex.
 pub const KEY_LEN: usize = 16;
 
@@ -555,6 +602,50 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn decision(id: &str, run: bool, effect: Option<Effect>) -> ActionDecision {
+        ActionDecision {
+            id: id.to_owned(),
+            run,
+            reason: String::new(),
+            guard_value: Some("generation=2".to_owned()),
+            key: Some("0123456789abcdef".to_owned()),
+            effect,
+            retry_in_ms: None,
+            skipped_slots: 0,
+        }
+    }
+
+    #[test]
+    fn a_create_run_decided_now_shows_as_done_with_its_object_for_status() {
+        let parent = json!({"status": {"actions": {"backup": {
+            "key": "fedcba9876543210", "guardValue": "generation=1", "phase": "Done", "runs": 1,
+            "startedAt": "2026-12-01T00:00:00Z",
+        }}}});
+        let before = json!({"backup": {"key": "fedcba9876543210", "object": null}, "notify": null});
+        let job = json!({"kind": "Job", "metadata": {"name": "orders-backup-01234567"}});
+        let decisions = [
+            decision("backup", true, Some(Effect::Create(job))),
+            decision("notify", false, None),
+        ];
+        let after = after_runs(&before, &decisions, &parent, "2026-12-05T00:00:00Z").expect("a run");
+        assert_eq!(
+            after["backup"],
+            json!({
+                "key": "0123456789abcdef", "guardValue": "generation=2", "phase": "Done", "runs": 2,
+                "startedAt": "2026-12-05T00:00:00Z",
+                "object": {"kind": "Job", "status": {}, "metadata": {
+                    "name": "orders-backup-01234567", "creationTimestamp": "2026-12-05T00:00:00Z",
+                }},
+            })
+        );
+        assert_eq!(after["notify"], Value::Null, "an action that does not run is as it was");
+        assert_eq!(
+            after_runs(&before, &decisions[1..], &parent, "2026-12-05T00:00:00Z"),
+            None,
+            "nothing runs: the context stays"
+        );
+    }
 
     #[test]
     fn retry_delay_doubles_and_is_capped() {

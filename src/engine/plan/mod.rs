@@ -340,7 +340,8 @@ fn plan_parent(
     let mut entries = Map::new();
     entries.insert("children".to_owned(), grouped.to_context());
     entries.insert("lookups".to_owned(), looked_up);
-    entries.insert("actions".to_owned(), actions::runs_context(rule, parent, &ours));
+    let runs = actions::runs_context(rule, parent, &ours);
+    entries.insert("actions".to_owned(), runs.clone());
     let base = context::extend(&parent_context, entries);
     let live = Live {
         renderer,
@@ -351,6 +352,7 @@ fn plan_parent(
         grouped: &grouped,
         by_id: &by_id,
         base: &base,
+        runs: &runs,
         lookups,
         now,
     };
@@ -401,6 +403,8 @@ struct Live<'a> {
     grouped: &'a Observed<'a>,
     by_id: &'a BTreeMap<String, &'a Value>,
     base: &'a minijinja::Value,
+    /// The `actions` entry of `base`, as JSON.
+    runs: &'a Value,
     lookups: &'a dyn LookupSource,
     now: &'a str,
 }
@@ -416,6 +420,7 @@ fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan,
         grouped,
         by_id,
         base,
+        runs,
         lookups,
         now,
     } = *live;
@@ -547,8 +552,13 @@ fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan,
         .collect::<Result<Vec<_>, _>>()?;
 
     // Status is evaluated apart from children: a failing status expression costs only its
-    // own field or condition (Unknown), never the children it reports on.
-    let evaluated = status_eval::evaluate(renderer, rule, grouped, &context);
+    // own field or condition (Unknown), never the children it reports on. It sees the runs
+    // decided now as done, so the status written with a run already reports it.
+    let status_context = match actions::after_runs(runs, &actions, parent, now) {
+        Some(after) => context::extend(&context, Map::from_iter([("actions".to_owned(), after)])),
+        None => context.clone(),
+    };
+    let evaluated = status_eval::evaluate(renderer, rule, grouped, &status_context);
     let managed = evaluated.fields;
     let mut wanted_conditions = evaluated.conditions;
     if !wanted_conditions.iter().any(|c| c.type_ == READY) {
