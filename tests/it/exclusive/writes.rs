@@ -18,12 +18,18 @@ fn reports_its_job(namespace: &str, name: &str) -> bool {
     key.len() >= 10 && job.ends_with(&key[..10]) && get(namespace, &what, "{.status.lastBackupResult}") == "Running"
 }
 
+/// Waits until the operator has been idle for longer than the follow-up reconcile a run asks
+/// for comes after it (a second), so that a write that reconcile made is counted too.
+fn settled_after_a_run(operator: &Operator) {
+    operator.idle_for("database", Duration::from_millis(1500));
+}
+
 fn expected(writes: &[(&str, u64)]) -> BTreeMap<String, u64> {
     writes.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
 }
 
 #[test]
-fn a_database_with_backups_converges_in_eight_writes_a_spec_change_costs_five_and_one_without_backups_four() {
+fn a_database_with_backups_converges_in_seven_writes_a_spec_change_costs_four_and_one_without_backups_four() {
     install_crds();
     let ns = Namespace::new("writes");
     let operator = Operator::start(&root().join("rules"), &templates(), &ns.0);
@@ -39,13 +45,16 @@ fn a_database_with_backups_converges_in_eight_writes_a_spec_change_costs_five_an
             && exists(&ns.0, "statefulset/orders")
             && reports_its_job(&ns.0, "orders")
     });
+    settled_after_a_run(&operator);
     let converged = writes_since(&operator, &before, &["POST databases.myorg.io"]);
     eprintln!("one Database converging: {converged:?}");
     // The floor's four (two applies, the Job, one status write), the backups volume, the
-    // finalizer the final backup needs before the parent can be deleted, one Event saying
-    // what was done, and a second status write once the watch shows the Job the run created
-    // (lastBackupJob, lastBackupResult: Running; this control plane runs no Job controller, so
-    // it stays Running). No intent write before the Job (its name is the lock) and no 409.
+    // finalizer the final backup needs before the parent can be deleted, and one Event saying
+    // what was done. The one status write already names the Job the run created
+    // (lastBackupJob, lastBackupResult: Running), so the watch showing the Job, and the
+    // reconcile a second after the run, write nothing (this control plane runs no Job
+    // controller, so it stays Running). No intent write before the Job (its name is the lock)
+    // and no 409.
     assert_eq!(
         converged,
         expected(&[
@@ -53,7 +62,7 @@ fn a_database_with_backups_converges_in_eight_writes_a_spec_change_costs_five_an
             ("APPLY services", 1),
             ("APPLY statefulsets.apps", 1),
             ("PATCH databases.myorg.io", 1),
-            ("PATCH databases.myorg.io/status", 2),
+            ("PATCH databases.myorg.io/status", 1),
             ("POST events.events.k8s.io", 1),
             ("POST jobs.batch", 1),
         ]),
@@ -70,17 +79,18 @@ fn a_database_with_backups_converges_in_eight_writes_a_spec_change_costs_five_an
         ) == "2/generation=2/Done"
             && reports_its_job(&ns.0, "orders")
     });
+    settled_after_a_run(&operator);
     let changed = writes_since(&operator, &before, &["PATCH databases.myorg.io"]);
     eprintln!("one spec change: {changed:?}");
     assert_eq!(
         changed,
         expected(&[
             ("APPLY statefulsets.apps", 1),
-            ("PATCH databases.myorg.io/status", 2),
+            ("PATCH databases.myorg.io/status", 1),
             ("POST events.events.k8s.io", 1),
             ("POST jobs.batch", 1),
         ]),
-        "writes of one spec change, by verb and resource (the run's record, then its Job in status)"
+        "writes of one spec change, by verb and resource (the run's record and its Job in one status write)"
     );
 
     let before = reading(&operator);

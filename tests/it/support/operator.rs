@@ -146,7 +146,12 @@ impl Operator {
     /// Waits until no reconcile of `rule` has finished for 300 ms (the operator is idle: what
     /// it was reconciling has been written) and returns the count of reconciles then.
     pub fn idle_reconciles(&self, rule: &str) -> u64 {
-        let quiet = Duration::from_millis(300);
+        self.idle_for(rule, Duration::from_millis(300))
+    }
+
+    /// Waits until no reconcile of `rule` has finished for `quiet` and returns the count of
+    /// reconciles then.
+    pub fn idle_for(&self, rule: &str, quiet: Duration) -> u64 {
         let mut count = self.reconciles(rule);
         let mut changed = Instant::now();
         wait_until(Duration::from_secs(30), "the operator to be idle", || {
