@@ -95,15 +95,7 @@ pub fn ruleop() -> MutexGuard<'static, Option<Installation>> {
                 "ruleop",
                 "--ignore-not-found",
             ]);
-            kubectl_ok(&[
-                "-n",
-                "ruleop-system",
-                "delete",
-                "configmap",
-                "ruleop-status",
-                "--ignore-not-found",
-            ]);
-            wait_until(Duration::from_secs(120), "no ruleop pod left", || pods().is_empty());
+            forget_status_and_wait_for_no_pod();
             let dir = tempfile::tempdir().expect("kustomization dir");
             write_overlay(dir.path());
             apply(dir.path());
@@ -151,6 +143,13 @@ pub fn without_ruleop() -> MutexGuard<'static, Option<Installation>> {
         "deleting the kustomize installation: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    forget_status_and_wait_for_no_pod();
+    *guard = None;
+    guard
+}
+
+/// Deletes the last installation's `ruleop-status` and waits until no ruleop pod is left.
+fn forget_status_and_wait_for_no_pod() {
     kubectl_ok(&[
         "-n",
         "ruleop-system",
@@ -160,8 +159,6 @@ pub fn without_ruleop() -> MutexGuard<'static, Option<Installation>> {
         "--ignore-not-found",
     ]);
     wait_until(Duration::from_secs(120), "no ruleop pod left", || pods().is_empty());
-    *guard = None;
-    guard
 }
 
 impl Installation {
