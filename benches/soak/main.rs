@@ -204,7 +204,16 @@ fn main() {
     let gone = chaos.gone;
     let longest = stretches.longest(start.elapsed().as_secs_f64());
     let reloaded = services_reloaded(&ns.0, reloads);
-    let (running, ready) = (fleet.all_running(), fleet.all_ready());
+    // Ready again within the convergence bound: a watch that the last fault broke reconnects
+    // with a backoff, and a replica is not ready until it has (`/readyz`: watches healthy).
+    let since_end = Instant::now();
+    let mut ready = fleet.all_ready();
+    while !ready && since_end.elapsed() < settings.converge_within {
+        std::thread::sleep(Duration::from_millis(500));
+        ready = fleet.all_ready();
+    }
+    let ready = ready.then(|| since_end.elapsed());
+    let running = fleet.all_running();
     let logs = fleet.logs();
     let outcome = Outcome {
         date: jiff::Timestamp::now().strftime("%Y%m%d-%H%M%S").to_string(),

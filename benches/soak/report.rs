@@ -39,9 +39,11 @@ pub struct Outcome {
     /// Services carrying the last reload's value, of all Services.
     pub reloaded: (usize, usize),
     pub panics: Vec<String>,
-    /// Whether every replica process was running (none exited by itself) and ready at the end.
+    /// Whether every replica process was running (none exited by itself) at the end.
     pub running: bool,
-    pub ready: bool,
+    /// How long after the settle every replica answered `/readyz` ok (`None`: not within the
+    /// convergence bound).
+    pub ready: Option<Duration>,
     pub gone: u64,
     pub expired_lines: usize,
 }
@@ -172,9 +174,20 @@ pub fn markdown(o: &Outcome) -> String {
             format!("0 ({})", verdict(o.panics.is_empty())),
         ),
         (
-            "replicas running (none exited by itself) / ready at the end".into(),
-            format!("{} / {}", o.running, o.ready),
-            format!("true / true ({})", verdict(o.running && o.ready)),
+            "replicas running (none exited by itself) / all ready again after the settle".into(),
+            format!(
+                "{} / {}",
+                o.running,
+                o.ready.map_or("not within the bound".to_owned(), |d| format!(
+                    "after {:.1} s",
+                    d.as_secs_f64()
+                ))
+            ),
+            format!(
+                "true / within {} s ({})",
+                o.bound.as_secs(),
+                verdict(o.running && o.ready.is_some())
+            ),
         ),
         (
             "410 responses the API server counted / replica log lines on expired watches".into(),
