@@ -30,7 +30,7 @@ use super::deliveries::Progress;
 use super::{ApplyError, Cluster, ParentHandle, secrets};
 use crate::engine::egress::{self, EGRESS_DENIED, Target};
 use crate::engine::plan::DesiredStatus;
-use crate::engine::plan::actions::{ActionDecision, Effect, HttpRequest, RunRecord, phase};
+use crate::engine::plan::actions::{ActionDecision, Effect, HttpRequest, RunStart, phase};
 use crate::engine::plan::status::{ConditionStatus, WantedCondition, merge_conditions};
 use crate::engine::rules::model::ActionSpec;
 
@@ -67,8 +67,11 @@ pub(crate) async fn run(
         return Ok(Acted::Before);
     };
     let id = decision.id.as_str();
-    let record = RunRecord::read(parent, id).filter(|r| &r.key == key);
-    let runs = RunRecord::read(parent, id).map_or(0, |r| r.runs) + u64::from(record.is_none());
+    let RunStart {
+        record,
+        runs,
+        started_at,
+    } = RunStart::of(parent, id, key, now);
     // A request's answer is recorded by a later reconcile, under the attempt its intent counted.
     let progress = match effect {
         Effect::Http(_) => cluster.deliveries.progress(key),
@@ -76,11 +79,6 @@ pub(crate) async fn run(
     };
     let answered = matches!(progress, Progress::Done(_));
     let attempt = (record.as_ref().map_or(0, |r| r.attempts) + u64::from(!answered)).max(1);
-    // A retry keeps the run's start: an `on: delete` action's timeout counts from it.
-    let started_at = record
-        .as_ref()
-        .and_then(|r| r.started_at.clone())
-        .unwrap_or_else(|| now.to_owned());
     let run = json!({
         "key": key, "guardValue": guard_value, "startedAt": started_at, "runs": runs, "attempts": attempt,
     });

@@ -155,6 +155,37 @@ impl RunRecord {
     }
 }
 
+/// The run of one key as it stands when it acts: the record if it is this run's (a retry), how
+/// many runs have started with it counted (one more for a new run), and its start (a retry keeps
+/// it, so an `on: delete` action's timeout counts from it; a new run starts `now`).
+#[derive(Debug, Clone)]
+pub struct RunStart {
+    /// `status.actions.<id>` when it records this key.
+    pub record: Option<RunRecord>,
+    /// Runs (distinct keys) started, this one included.
+    pub runs: u64,
+    /// When this run started (RFC 3339).
+    pub started_at: String,
+}
+
+impl RunStart {
+    /// The run of `key` of action `id` on `parent`, at `now`.
+    pub fn of(parent: &Value, id: &str, key: &str, now: &str) -> Self {
+        let last = RunRecord::read(parent, id);
+        let runs = last.as_ref().map_or(0, |r| r.runs);
+        let record = last.filter(|r| r.key == key);
+        let started_at = record
+            .as_ref()
+            .and_then(|r| r.started_at.clone())
+            .unwrap_or_else(|| now.to_owned());
+        RunStart {
+            runs: runs + u64::from(record.is_none()),
+            record,
+            started_at,
+        }
+    }
+}
+
 /// The `actions` context entry: per action id, its last run as recorded in status (`key`,
 /// `guardValue`, `phase`, `runs`, `startedAt`) and `object`, the live object that run created
 /// (matched by its key annotation among the objects proven this parent's), or `none`. An action
@@ -206,12 +237,7 @@ pub fn after_runs(before: &Value, decisions: &[ActionDecision], parent: &Value, 
         else {
             continue;
         };
-        let record = RunRecord::read(parent, &decision.id);
-        let same = record.as_ref().filter(|r| &r.key == key);
-        let runs = record.as_ref().map_or(0, |r| r.runs) + u64::from(same.is_none());
-        let started_at = same
-            .and_then(|r| r.started_at.clone())
-            .unwrap_or_else(|| now.to_owned());
+        let RunStart { runs, started_at, .. } = RunStart::of(parent, &decision.id, key, now);
         let mut object = object.clone();
         if let Some(object) = object.as_object_mut() {
             // What the API server adds on create: a time, and a status that says nothing yet.
