@@ -179,7 +179,8 @@ impl RunStart {
             .and_then(|r| r.started_at.clone())
             .unwrap_or_else(|| now.to_owned());
         RunStart {
-            runs: runs + u64::from(record.is_none()),
+            // Saturating: the count comes from status, which its writers can set to anything.
+            runs: runs.saturating_add(u64::from(record.is_none())),
             record,
             started_at,
         }
@@ -671,6 +672,16 @@ mod tests {
             None,
             "nothing runs: the context stays"
         );
+    }
+
+    #[test]
+    fn a_run_count_at_its_maximum_in_status_stays_there_instead_of_overflowing() {
+        let parent = json!({"status": {"actions": {"backup": {
+            "key": "0123456789abcdef", "guardValue": "generation=2", "phase": "Done", "runs": u64::MAX,
+        }}}});
+        let start = RunStart::of(&parent, "backup", "fedcba9876543210", "2026-12-05T00:00:00Z");
+        assert_eq!(start.runs, u64::MAX);
+        assert!(start.record.is_none(), "another key: a new run");
     }
 
     #[test]
