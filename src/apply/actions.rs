@@ -78,7 +78,11 @@ pub(crate) async fn run(
         Effect::Create(_) => Progress::NotSent,
     };
     let answered = matches!(progress, Progress::Done(_));
-    let attempt = (record.as_ref().map_or(0, |r| r.attempts) + u64::from(!answered)).max(1);
+    let attempt = record
+        .as_ref()
+        .map_or(0, |r| r.attempts)
+        .saturating_add(u64::from(!answered))
+        .max(1);
     let run = json!({
         "key": key, "guardValue": guard_value, "startedAt": started_at, "runs": runs, "attempts": attempt,
     });

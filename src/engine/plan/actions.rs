@@ -479,7 +479,7 @@ fn decide_guarded(
         }
         let runs = record.as_ref().map_or(0, |r| r.runs);
         let done = record.as_ref().is_some_and(|r| r.phase == phase::DONE);
-        format!("run={}", if done { runs + 1 } else { runs.max(1) })
+        format!("run={}", if done { runs.saturating_add(1) } else { runs.max(1) })
     } else {
         return Ok(skip("no guard".to_owned()));
     };
@@ -505,7 +505,7 @@ fn decide_guarded(
             }
             format!(
                 "retrying {guard_value} after a failure, attempt {} (key {key})",
-                r.attempts + 1
+                r.attempts.saturating_add(1)
             )
         }
         Some(r) => format!("{guard_value} has not run yet (last run: {})", r.guard_value),
