@@ -206,6 +206,19 @@ impl Writers {
         &self.shards[self.shard_of(uid) as usize]
     }
 
+    /// Whether this replica runs the staged rollouts' clock, decides their halts and records
+    /// their state (`runtime::rollout`): the holder of shard 0, so exactly one replica at a time
+    /// (every replica without sharding).
+    pub(crate) fn runs_rollouts(&self) -> bool {
+        self.shards[0].held()
+    }
+
+    /// The client the rollouts' state is recorded with: shard 0's, so a replica that lost the
+    /// shard (its fence closed) can no longer write it.
+    pub(crate) fn rollout_client(&self) -> Client {
+        self.shards[0].client.clone()
+    }
+
     /// The shards held here.
     pub(crate) fn held(&self) -> BTreeSet<u32> {
         self.shards.iter().filter(|s| s.held()).map(|s| s.index).collect()

@@ -9,6 +9,7 @@ pub(crate) mod reload;
 pub(crate) mod revisions;
 pub(crate) mod rollout;
 pub(crate) mod rollout_control;
+pub(crate) mod rollout_driver;
 pub(crate) mod rollout_report;
 pub(crate) mod rollout_resume;
 pub(crate) mod run;

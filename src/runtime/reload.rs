@@ -9,6 +9,7 @@ use std::time::Duration;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::engine::rules::load::{hex, read_tree};
 
@@ -32,6 +33,12 @@ pub(crate) fn fingerprint(rules: &Path, templates: &Path) -> String {
 pub(crate) struct DirWatcher {
     _watcher: Option<RecommendedWatcher>,
     events: mpsc::UnboundedReceiver<()>,
+    /// The watcher is gone (or never started): only the periodic re-read remains.
+    closed: bool,
+    /// When the last event of a burst not yet reported came.
+    pending: Option<Instant>,
+    /// When the periodic re-read is due.
+    next_poll: Option<Instant>,
 }
 
 impl DirWatcher {
@@ -50,37 +57,42 @@ impl DirWatcher {
             }
             Ok(watcher)
         });
-        match watcher {
-            Ok(watcher) => (
-                DirWatcher {
-                    _watcher: Some(watcher),
-                    events,
-                },
-                None,
-            ),
-            Err(e) => (DirWatcher { _watcher: None, events }, Some(e)),
-        }
+        let (watcher, error) = match watcher {
+            Ok(watcher) => (Some(watcher), None),
+            Err(e) => (None, Some(e)),
+        };
+        let dir_watcher = DirWatcher {
+            _watcher: watcher,
+            events,
+            closed: false,
+            pending: None,
+            next_poll: None,
+        };
+        (dir_watcher, error)
     }
 
     /// Waits until something may have changed: a file event followed by `debounce` of quiet
-    /// (bursts collapse into one), or `poll` elapsing without events.
+    /// (bursts collapse into one), or `poll` elapsing without events. Cancel-safe: it is one
+    /// branch of the reload loop's `select!`, and an event seen by a wait that another branch
+    /// cut short is reported by the next wait, whose poll is not pushed back either.
     pub(crate) async fn changed(&mut self, debounce: Duration, poll: Duration) {
-        tokio::select! {
-            event = self.events.recv() => {
-                if event.is_none() {
-                    // The watcher is gone: fall back to polling.
-                    tokio::time::sleep(poll).await;
-                    return;
-                }
-            }
-            () = tokio::time::sleep(poll) => return,
-        }
+        let next_poll = *self.next_poll.get_or_insert_with(|| Instant::now() + poll);
         loop {
-            match tokio::time::timeout(debounce, self.events.recv()).await {
-                Ok(Some(())) => continue,
-                Ok(None) | Err(_) => return,
+            let due = self.pending.map_or(next_poll, |last| last + debounce);
+            if self.closed {
+                tokio::time::sleep_until(due).await;
+                break;
+            }
+            tokio::select! {
+                event = self.events.recv() => match event {
+                    Some(()) => self.pending = Some(Instant::now()),
+                    None => self.closed = true,
+                },
+                () = tokio::time::sleep_until(due) => break,
             }
         }
+        self.pending = None;
+        self.next_poll = Some(Instant::now() + poll);
     }
 }
 
@@ -124,5 +136,26 @@ mod tests {
         )
         .await;
         assert!(quiet.is_err(), "the burst was consumed as one change");
+    }
+
+    #[tokio::test]
+    async fn a_change_seen_by_a_wait_cut_short_is_reported_by_the_next() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut watcher, error) = DirWatcher::new(&[dir.path().to_path_buf()]);
+        assert!(error.is_none());
+        let (debounce, poll) = (Duration::from_millis(200), Duration::from_secs(30));
+        std::fs::write(dir.path().join("f"), "x").expect("write");
+        let started = std::time::Instant::now();
+        // Each wait is cut short (as another branch of the reload loop would) before the
+        // debounce ends; the event it took is not lost.
+        let mut cut = 0;
+        while tokio::time::timeout(Duration::from_millis(50), watcher.changed(debounce, poll))
+            .await
+            .is_err()
+        {
+            cut += 1;
+            assert!(started.elapsed() < Duration::from_secs(10), "the change was lost");
+        }
+        assert!(cut >= 3, "the waits were cut short: {cut}");
     }
 }

@@ -97,6 +97,14 @@ struct Progress {
     note: Option<String>,
 }
 
+/// A cached parent as a rollout's baseline reads it.
+pub(crate) struct ParentNow {
+    /// Its UID.
+    pub(crate) uid: String,
+    /// Its body, `status.conditions` included.
+    pub(crate) body: Value,
+}
+
 /// What the step clock did to a rollout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Advanced {
@@ -109,7 +117,9 @@ pub(crate) enum Advanced {
 }
 
 impl Staging {
-    /// A rollout from revision `from` (rule set `previous`) to `to`, at its first step.
+    /// A rollout from revision `from` (rule set `previous`) to `to`, at its first step. Until
+    /// that step is on record ([`Staging::publish`], or [`Staging::follow`] of another replica's
+    /// record), reconciles keep every parent on `from`.
     pub(crate) fn new(previous: Arc<RuleSet>, rollout: Rollout, from: u64, to: u64) -> Self {
         let state = RolloutState {
             from,
@@ -117,14 +127,25 @@ impl Staging {
             step: 0,
             phase: Phase::Progressing,
         };
-        Self::at(previous, rollout, state, Instant::now(), jiff::Timestamp::now())
+        let nobody_moved = RolloutState {
+            phase: Phase::RolledBack,
+            ..state.clone()
+        };
+        Self::at(
+            previous,
+            rollout,
+            (state, nobody_moved),
+            Instant::now(),
+            jiff::Timestamp::now(),
+        )
     }
 
-    /// A rollout in `state`, its step begun at `step_started` (`step_started_at` on the clock).
+    /// A rollout in `state` whose reconciles follow `published`, its step begun at
+    /// `step_started` (`step_started_at` on the clock).
     fn at(
         previous: Arc<RuleSet>,
         rollout: Rollout,
-        state: RolloutState,
+        (state, published): (RolloutState, RolloutState),
         step_started: Instant,
         step_started_at: jiff::Timestamp,
     ) -> Self {
@@ -132,7 +153,7 @@ impl Staging {
             previous,
             rollout,
             progress: Mutex::new(Progress {
-                published: state.clone(),
+                published,
                 state,
                 step_started,
                 step_started_at,
@@ -152,17 +173,82 @@ impl Staging {
             mut state,
             started_at,
             note,
+            failed,
         }: Recorded,
     ) -> Self {
         state.step = state.step.min(rollout.steps.len().saturating_sub(1));
-        let elapsed = jiff::Timestamp::now()
-            .duration_since(started_at)
-            .unsigned_abs()
-            .min(std::time::Duration::from_secs(365 * 24 * 3600));
-        let step_started = Instant::now().checked_sub(elapsed).unwrap_or_else(Instant::now);
-        let staging = Self::at(previous, rollout, state, step_started, started_at);
-        staging.progress().note = note;
+        // On record already: followed at once.
+        let staging = Self::at(
+            previous,
+            rollout,
+            (state.clone(), state),
+            instant_of(started_at),
+            started_at,
+        );
+        let mut progress = staging.progress();
+        progress.note = note;
+        progress.failed = failed;
+        drop(progress);
         staging
+    }
+
+    /// Takes the state another replica recorded for this same rollout (the same `from` and
+    /// `to`): its step, phase, step start and note, with the failures it names added to those
+    /// seen here. Followed by reconciles at once (it is on record). Returns whether the parents'
+    /// revisions may have changed (the state followed is not the one followed before).
+    /// `parents` (as [`Staging::watch_from_now`] takes them) is asked only when the state is new.
+    pub(crate) fn follow(&self, recorded: &Recorded, parents: impl FnOnce() -> Vec<ParentNow>) -> bool {
+        let mut progress = self.progress();
+        let mut state = recorded.state.clone();
+        state.step = state.step.min(self.rollout.steps.len().saturating_sub(1));
+        if progress.published == state {
+            return false;
+        }
+        if state.phase == Phase::Progressing && progress.state.phase != Phase::Progressing {
+            // Resumed: the parents are watched again from now, as `take` does.
+            progress.failed.clear();
+            progress.baseline.clear();
+        }
+        self.take_baseline(&mut progress, &state, &parents());
+        for (who, why) in &recorded.failed {
+            progress.failed.entry(who.clone()).or_insert_with(|| why.clone());
+        }
+        progress.step_started = instant_of(recorded.started_at);
+        progress.step_started_at = recorded.started_at;
+        progress.note.clone_from(&recorded.note);
+        progress.state = state.clone();
+        progress.published = state;
+        true
+    }
+
+    /// Takes, before the state taken is published, the watched condition of each parent it
+    /// moves (`parents`, as cached now) as that parent's baseline: what it was before it moved,
+    /// whichever replica moves it and whenever this one next sees it.
+    pub(crate) fn watch_from_now(&self, parents: &[ParentNow]) {
+        let mut progress = self.progress();
+        let state = progress.state.clone();
+        self.take_baseline(&mut progress, &state, parents);
+    }
+
+    fn take_baseline(&self, progress: &mut Progress, state: &RolloutState, parents: &[ParentNow]) {
+        if state.phase != Phase::Progressing {
+            return;
+        }
+        let kept = BTreeSet::from([state.from, state.to]);
+        let uids = parents.iter().map(|p| p.uid.as_str());
+        let revisions = Revisions::new(&kept, state.to).staged(&self.rollout, state, uids);
+        for parent in parents {
+            if revisions.by_rollout(Some(&parent.uid)).revision == state.to {
+                let ready = condition(&parent.body, &self.rollout.condition).0 == "True";
+                progress.baseline.entry(parent.uid.clone()).or_insert(ready);
+            }
+        }
+    }
+
+    /// Whether it goes from `from` to `to`.
+    pub(crate) fn is_between(&self, from: u64, to: u64) -> bool {
+        let progress = self.progress();
+        progress.state.from == from && progress.state.to == to
     }
 
     fn progress(&self) -> MutexGuard<'_, Progress> {
@@ -206,8 +292,10 @@ impl Staging {
 
     /// Watches a moved parent (`who` is `namespace/name`) as it is now. Returns true when this
     /// observation halts the rollout: more than `maxFailures` moved parents went from `True` to
-    /// not `True` on the watched condition during the current step.
-    pub(crate) fn observe(&self, uid: &str, who: &str, parent: &Value) -> bool {
+    /// not `True` on the watched condition during the current step. A replica that does not
+    /// `decide` (it does not run the rollout's clock) only counts the failure: the replica that
+    /// does sees it too, and records the halt that this one then follows.
+    pub(crate) fn observe(&self, uid: &str, who: &str, parent: &Value, decides: bool) -> bool {
         let (status, reason, message) = condition(parent, &self.rollout.condition);
         let ready = status == "True";
         let mut progress = self.progress();
@@ -218,11 +306,21 @@ impl Staging {
         if !was_ready || ready || progress.failed.contains_key(who) {
             return false;
         }
-        progress.failed.insert(
-            who.to_owned(),
-            format!("{} {status}: {reason}: {message}", self.rollout.condition),
-        );
-        if progress.failed.len() <= self.rollout.max_failures as usize {
+        // One line each: the record is read back line by line (`record_of`).
+        let why = format!("{} {status}: {reason}: {message}", self.rollout.condition).replace(['\n', '\r'], " ");
+        progress.failed.insert(who.to_owned(), why);
+        decides && self.halt_when_over(&mut progress)
+    }
+
+    /// Halts it now when more moved parents failed than `maxFailures` allows: what a replica
+    /// that takes over the decisions does with the failures it counted before. Returns whether
+    /// it halted.
+    pub(crate) fn halt_if_over(&self) -> bool {
+        self.halt_when_over(&mut self.progress())
+    }
+
+    fn halt_when_over(&self, progress: &mut Progress) -> bool {
+        if progress.state.phase != Phase::Progressing || progress.failed.len() <= self.rollout.max_failures as usize {
             return false;
         }
         progress.state.phase = match self.rollout.on_failure {
@@ -344,6 +442,16 @@ pub(crate) fn stage(
     changed
 }
 
+/// The monotonic instant a step that began at `started_at` began at (now for a time to come;
+/// at most a year back).
+fn instant_of(started_at: jiff::Timestamp) -> Instant {
+    let elapsed = jiff::Timestamp::now()
+        .duration_since(started_at)
+        .unsigned_abs()
+        .min(std::time::Duration::from_secs(365 * 24 * 3600));
+    Instant::now().checked_sub(elapsed).unwrap_or_else(Instant::now)
+}
+
 /// A rollout as `ruleop-status` records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Recorded {
@@ -353,11 +461,18 @@ pub(crate) struct Recorded {
     pub(crate) started_at: jiff::Timestamp,
     /// What an operator asked of it last.
     pub(crate) note: Option<String>,
+    /// The moved parents that failed: `namespace/name` -> why.
+    pub(crate) failed: BTreeMap<String, String>,
 }
 
-/// What a recorded text (what [`Staging::describe`] wrote) says; `None` when it is not such a
-/// text, or says the rollout is over.
+/// What a recorded text (what [`Staging::describe`] wrote) says of a rollout under way; `None`
+/// when it is not such a text, or says the rollout is over.
 pub(crate) fn recorded(text: &str) -> Option<Recorded> {
+    record_of(text).filter(|r| r.state.phase != Phase::Complete)
+}
+
+/// What a recorded text says, a complete rollout included; `None` when it is not such a text.
+pub(crate) fn record_of(text: &str) -> Option<Recorded> {
     let field = |key: &str| {
         text.lines()
             .find_map(|line| line.strip_prefix(key)?.strip_prefix(": "))
@@ -367,6 +482,7 @@ pub(crate) fn recorded(text: &str) -> Option<Recorded> {
         "Progressing" => Phase::Progressing,
         "Halted" => Phase::Halted,
         "RolledBack" => Phase::RolledBack,
+        "Complete" => Phase::Complete,
         _ => return None,
     };
     let state = RolloutState {
@@ -380,10 +496,18 @@ pub(crate) fn recorded(text: &str) -> Option<Recorded> {
             .checked_sub(1)?,
         phase,
     };
+    let failed = text
+        .lines()
+        .skip_while(|line| *line != "failed:")
+        .skip(1)
+        .map_while(|line| line.strip_prefix("  ")?.split_once(": "))
+        .map(|(who, why)| (who.to_owned(), why.to_owned()))
+        .collect();
     Some(Recorded {
         state,
         started_at: field("stepStartedAt")?.parse().ok()?,
         note: field("note").map(str::to_owned),
+        failed,
     })
 }
 
@@ -417,7 +541,46 @@ mod tests {
             "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  watch: {apiVersion: example.com/v1, kind: R}\n",
         );
         let rollout = crate::engine::rollout::policy::ten_then_all(max_failures, on_failure);
-        Staging::new(Arc::new(set), rollout, 1, 2)
+        let staging = Staging::new(Arc::new(set), rollout, 1, 2);
+        staging.publish();
+        staging
+    }
+
+    fn twenty_uids() -> Vec<String> {
+        (0..20).map(|i| format!("u{i}")).collect()
+    }
+
+    #[test]
+    fn a_new_rollout_moves_nobody_until_its_first_step_is_on_record() {
+        let set = crate::engine::rules::load::one_rule(
+            "r",
+            "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  watch: {apiVersion: example.com/v1, kind: R}\n",
+        );
+        let rollout = crate::engine::rollout::policy::ten_then_all(0, OnFailure::Halt);
+        let staging = Staging::new(Arc::new(set), rollout, 1, 2);
+        let uids = twenty_uids();
+        let uids: Vec<&str> = uids.iter().map(String::as_str).collect();
+        assert!(uids.iter().all(|u| !staging.moves(u, &uids)));
+        staging.publish();
+        assert_eq!(uids.iter().filter(|u| staging.moves(u, &uids)).count(), 2);
+    }
+
+    #[test]
+    fn the_baseline_is_what_a_parent_was_before_the_step_moved_it() {
+        let staging = staging(0, OnFailure::Halt);
+        let uids = twenty_uids();
+        let all: Vec<&str> = uids.iter().map(String::as_str).collect();
+        let moved: Vec<&str> = all.iter().copied().filter(|u| staging.moves(u, &all)).collect();
+        let parents: Vec<ParentNow> = uids
+            .iter()
+            .map(|uid| ParentNow {
+                uid: uid.clone(),
+                body: parent("True"),
+            })
+            .collect();
+        staging.watch_from_now(&parents);
+        // First seen here already failed (another replica moved it): a failure all the same.
+        assert!(staging.observe(moved[0], "ns/a", &parent("False"), true));
     }
 
     fn parent(status: &str) -> Value {
@@ -428,11 +591,17 @@ mod tests {
     fn more_failures_than_allowed_halt_the_rollout_and_list_the_failed_parents() {
         let staging = staging(1, OnFailure::Halt);
         for who in ["a", "b"] {
-            assert!(!staging.observe(who, who, &parent("True")));
+            assert!(!staging.observe(who, who, &parent("True"), true));
         }
-        assert!(!staging.observe("a", "a", &parent("False")), "one failure is allowed");
-        assert!(!staging.observe("a", "a", &parent("False")), "a parent fails once");
-        assert!(staging.observe("b", "b", &parent("False")), "the second halts it");
+        assert!(
+            !staging.observe("a", "a", &parent("False"), true),
+            "one failure is allowed"
+        );
+        assert!(
+            !staging.observe("a", "a", &parent("False"), true),
+            "a parent fails once"
+        );
+        assert!(staging.observe("b", "b", &parent("False"), true), "the second halts it");
         assert_eq!(staging.state().phase, Phase::Halted);
         assert!(
             staging.describe().contains("  b: Ready False: R: m"),
@@ -470,10 +639,50 @@ mod tests {
     }
 
     #[test]
+    fn a_replica_that_does_not_decide_counts_failures_and_follows_the_recorded_halt() {
+        let deciding = staging(0, OnFailure::Halt);
+        let following = staging(0, OnFailure::Halt);
+        assert!(!deciding.observe("a", "ns/a", &parent("True"), true));
+        assert!(!following.observe("a", "ns/a", &parent("True"), false));
+        let evil = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "R", "message": "x\n  ns/b: forged\nphase: Complete"}]}});
+        assert!(!following.observe("a", "ns/a", &evil, false), "only counted");
+        assert_eq!(following.state().phase, Phase::Progressing);
+        let taking_over = staging(0, OnFailure::Halt);
+        assert!(!taking_over.observe("a", "ns/a", &parent("True"), false));
+        assert!(!taking_over.observe("a", "ns/a", &evil, false));
+        assert!(taking_over.halt_if_over(), "it decides once it takes over");
+        assert!(!taking_over.halt_if_over(), "once");
+        assert!(deciding.observe("a", "ns/a", &evil, true));
+        let text = deciding.describe();
+        let read = recorded(&text).expect("a halted rollout is under way");
+        assert_eq!(read.state.phase, Phase::Halted);
+        assert_eq!(read.failed.keys().collect::<Vec<_>>(), ["ns/a"], "{text}");
+        assert!(following.follow(&read, Vec::new), "the halt is new to it");
+        assert!(!following.follow(&read, Vec::new), "and then not");
+        assert_eq!(following.describe(), text);
+        assert!(following.is_between(1, 2) && !following.is_between(2, 3));
+    }
+
+    #[test]
+    fn a_followed_step_keeps_its_start_and_a_complete_record_reads_back() {
+        let running = staging(0, OnFailure::Halt);
+        let started = Instant::now() + Duration::from_secs(61);
+        assert_eq!(running.advance(started), Advanced::Step(1));
+        let follower = staging(0, OnFailure::Halt);
+        assert!(follower.follow(&recorded(&running.describe()).expect("step 2"), Vec::new));
+        assert_eq!(follower.state(), running.state());
+        assert_eq!(follower.describe(), running.describe());
+        assert_eq!(running.advance(started), Advanced::Complete);
+        let complete = running.describe();
+        assert!(recorded(&complete).is_none(), "not under way");
+        assert_eq!(record_of(&complete).map(|r| r.state.phase), Some(Phase::Complete));
+    }
+
+    #[test]
     fn a_parent_that_was_never_ready_is_no_failure() {
         let staging = staging(0, OnFailure::Halt);
-        assert!(!staging.observe("a", "a", &parent("False")));
-        assert!(!staging.observe("a", "a", &json!({})));
+        assert!(!staging.observe("a", "a", &parent("False"), true));
+        assert!(!staging.observe("a", "a", &json!({}), true));
         assert_eq!(staging.state().phase, Phase::Progressing);
     }
 
@@ -482,8 +691,8 @@ mod tests {
         let staging = staging(0, OnFailure::Rollback);
         let uids: Vec<String> = (0..20).map(|i| format!("u{i}")).collect();
         let uids: Vec<&str> = uids.iter().map(String::as_str).collect();
-        assert!(!staging.observe("x", "x", &parent("True")));
-        assert!(staging.observe("x", "x", &parent("False")));
+        assert!(!staging.observe("x", "x", &parent("True"), true));
+        assert!(staging.observe("x", "x", &parent("False"), true));
         assert_eq!(staging.state().phase, Phase::RolledBack);
         assert!(
             uids.iter().any(|u| staging.moves(u, &uids)),

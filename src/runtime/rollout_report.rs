@@ -36,10 +36,7 @@ impl RolloutReport {
         match self.api.get_opt(STATUS_CONFIGMAP).await {
             Ok(existing) => {
                 let data = existing.and_then(|cm| cm.data).unwrap_or_default();
-                self.said = data
-                    .into_iter()
-                    .filter_map(|(key, text)| key.strip_prefix("rollout.").map(|rule| (rule.to_owned(), text)))
-                    .collect();
+                self.said = crate::runtime::rollout_resume::rollout_states(data);
                 self.said.clone()
             }
             Err(e) => {
@@ -49,14 +46,26 @@ impl RolloutReport {
         }
     }
 
-    /// Records `text` as the state of `rule`'s rollout. A failure is logged; the rollout goes on.
-    pub(crate) async fn write(&mut self, rule: &str, text: String) {
+    /// What another replica recorded (`states`, from a watch), which this one's writes then
+    /// keep sending when it takes over the rollouts.
+    pub(crate) fn heard(&mut self, states: BTreeMap<String, String>) {
+        self.said = states;
+    }
+
+    /// The recorded state of `rule`'s rollout, as last written or heard.
+    pub(crate) fn on_record(&self, rule: &str) -> Option<&String> {
+        self.said.get(rule)
+    }
+
+    /// Records `text` as the state of `rule`'s rollout. Returns whether it is on record; a
+    /// failure is logged, and the next write of any rule sends it again.
+    pub(crate) async fn write(&mut self, rule: &str, text: String) -> bool {
         if self.said.get(rule) == Some(&text) {
-            return;
+            return true;
         }
-        self.said.insert(rule.to_owned(), text);
-        let data: BTreeMap<String, &String> = self
-            .said
+        let mut said = self.said.clone();
+        said.insert(rule.to_owned(), text);
+        let data: BTreeMap<String, &String> = said
             .iter()
             .map(|(rule, text)| (format!("rollout.{rule}"), text))
             .collect();
@@ -66,8 +75,15 @@ impl RolloutReport {
             "data": data,
         });
         let params = PatchParams::apply(MANAGER).force();
-        if let Err(e) = self.api.patch(STATUS_CONFIGMAP, &params, &Patch::Apply(&object)).await {
-            warn!(rule, error = %e, "writing the rollout state into {STATUS_CONFIGMAP} failed");
+        match self.api.patch(STATUS_CONFIGMAP, &params, &Patch::Apply(&object)).await {
+            Ok(_) => {
+                self.said = said;
+                true
+            }
+            Err(e) => {
+                warn!(rule, error = %e, "writing the rollout state into {STATUS_CONFIGMAP} failed");
+                false
+            }
         }
     }
 }

@@ -28,8 +28,8 @@ use crate::ops::health::Health;
 use crate::runtime::controller::Shared;
 use crate::runtime::reload::{DirWatcher, fingerprint};
 use crate::runtime::revisions::RevisionStore;
-use crate::runtime::rollout::{self, Advanced, Rollouts};
-use crate::runtime::rollout_control::{Requests as RolloutRequests, Seen};
+use crate::runtime::rollout::{self, Rollouts};
+use crate::runtime::rollout_driver::{self, Driving};
 use crate::runtime::rollout_report::RolloutReport;
 use crate::runtime::shutdown;
 use crate::runtime::supervisor::{Ended, Supervisor};
@@ -201,7 +201,8 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         circuit: crate::runtime::controller::Threshold(settings.circuit_failures),
     });
     let (set, kinds) = shared.snapshot();
-    let mut rollout_report = RolloutReport::new(shared.client.clone(), &settings.status_namespace);
+    // Through shard 0's fence with shards: a replica that lost it cannot record.
+    let mut rollout_report = RolloutReport::new(shared.writers.rollout_client(), &settings.status_namespace);
     // Before any controller starts: no parent is reconciled under the wrong revision meanwhile.
     crate::runtime::rollout_resume::resume(&shared.rollouts, &set, &kinds, &revisions, &mut rollout_report).await;
     let mut supervisor = Supervisor::new(shared.clone());
@@ -219,6 +220,7 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
         shared: shared.clone(),
         supervisor,
         retry: None,
+        driving: Driving::default(),
     };
     reloader.status.revisions = revisions_in_force;
     if waiting.is_empty() {
@@ -238,7 +240,9 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     // A standby may have waited long: pick up what changed on disk meanwhile.
     reloader.reload().await;
     // After the reload: a request is about the revision in force.
-    let mut requests = RolloutRequests::watch(shared.client.clone(), &settings.status_namespace);
+    reloader.check_rollouts().await;
+    let mut rollout_check = tokio::time::interval(Duration::from_secs(1));
+    rollout_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let lost = loop {
         let retry_at = reloader.retry.map(|(at, _)| at);
         let restart_at = reloader.supervisor.next_restart();
@@ -251,10 +255,12 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
             ended = reloader.supervisor.next_ended() => reloader.report_ended(&ended),
             () = sleep_until(step_at) => reloader.advance_rollouts().await,
             Some(rule) = halts.recv() => reloader.rollout_halted(&rule).await,
-            Some(request) = requests.next() => {
+            Some(request) = rollout_driver::next_request(&mut reloader.driving.requests) => {
                 reloader.rollout_request(&request).await;
-                requests.done(&request).await;
+                reloader.request_done(&request).await;
             }
+            Some(states) = rollout_driver::next_records(&mut reloader.driving.records) => reloader.follow_records(states).await,
+            _ = rollout_check.tick() => reloader.check_rollouts().await,
             () = sleep_until(restart_at) => reloader.supervisor.restart_due(),
         }
     };
@@ -370,138 +376,8 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 
 /// Serialised reloads: one at a time, each building a complete new rule set.
 impl Reloader {
-    /// When the next step of a staged rollout is due.
-    fn next_step(&self) -> Option<Instant> {
-        self.shared
-            .rollouts
-            .all()
-            .iter()
-            .filter_map(|(_, s)| s.next_due())
-            .min()
-    }
-
-    /// Begins the next step of each rollout whose pause is over (its newly moved parents are
-    /// reconciled; the others' plans are unchanged, so they cost no write), and ends the
-    /// rollouts whose last step is done.
-    async fn advance_rollouts(&mut self) {
-        for (rule, staging) in self.shared.rollouts.all() {
-            match staging.advance(Instant::now()) {
-                Advanced::No => continue,
-                Advanced::Step(step) => info!(rule, step = step + 1, "staged rollout: next step"),
-                Advanced::Complete => {
-                    info!(rule, "staged rollout complete");
-                    self.shared.rollouts.end(&rule);
-                }
-            }
-            // Recorded before any parent of the step moves, so what the state says has begun.
-            self.rollout_report.write(&rule, staging.describe()).await;
-            staging.publish();
-            self.supervisor.reconcile_all(&rule);
-        }
-    }
-
-    /// A rollout halted: counted, a Warning Event `RolloutHalted` on `ruleop-status` naming the
-    /// failed parents, and with `onFailure: rollback` every parent reconciled again (back on the
-    /// previous revision).
-    async fn rollout_halted(&mut self, rule: &str) {
-        let Some(staging) = self.shared.rollouts.get(rule) else {
-            return;
-        };
-        let text = staging.describe();
-        warn!(rule, state = %text, "staged rollout halted");
-        self.shared.observability.metrics.rollout_halted(rule);
-        self.publish_warning(
-            "RolloutHalted",
-            "Halt",
-            format!(
-                "the staged rollout of rule {rule:?} halted: {}",
-                text.replace('\n', "; ")
-            ),
-        );
-        self.rollout_report.write(rule, text).await;
-        staging.publish();
-        if staging.state().phase == crate::engine::rollout::select::Phase::RolledBack {
-            self.supervisor.reconcile_all(rule);
-        }
-    }
-
-    /// Follows `ruleop rollout pause|resume|undo` (`request`): the rollout takes the state the
-    /// request leads to, which is recorded before any parent follows it; every parent of the rule
-    /// is then reconciled (only those whose revision changed write). A refused request is logged
-    /// and a Warning Event `RolloutRequestRefused`.
-    async fn rollout_request(&mut self, request: &Seen) {
-        let rule = request.rule.as_str();
-        let text = match self.follow_request(request).await {
-            Ok(text) => text,
-            Err(why) => {
-                warn!(rule, request = %request.name, error = %why, "rollout request refused");
-                self.publish_warning(
-                    "RolloutRequestRefused",
-                    "Refuse",
-                    format!("the request {} about rule {rule:?} is refused: {why}", request.name),
-                );
-                return;
-            }
-        };
-        info!(rule, state = %text, "rollout request followed");
-        self.rollout_report.write(rule, text).await;
-        if let Some(staging) = self.shared.rollouts.get(rule) {
-            staging.publish();
-        }
-        self.supervisor.reconcile_all(rule);
-    }
-
-    /// The rollout's state after `request`, taken (not yet published), or why not.
-    async fn follow_request(&mut self, request: &Seen) -> Result<String, String> {
-        use crate::engine::rollout::control::{self, Command};
-        let rule = request.rule.as_str();
-        let parsed = control::Request::from_data(&request.data).map_err(|e| e.to_string())?;
-        let (set, kinds) = self.shared.snapshot();
-        let in_force = set.rule(rule).ok_or_else(|| format!("rule {rule:?} is not in force"))?;
-        let revision = in_force.revision.unwrap_or_else(|| self.revisions.latest(rule));
-        let staging = self.shared.rollouts.get(rule);
-        let state = staging.as_ref().map(|s| s.state());
-        let next = control::apply(state.as_ref(), revision, &parsed).map_err(|e| e.to_string())?;
-        let note = format!(
-            "{} by ruleop rollout {} at {}",
-            match parsed.command {
-                Command::Pause => "paused",
-                Command::Resume => "resumed",
-                Command::Undo => "undone",
-            },
-            parsed.command.as_str(),
-            jiff::Timestamp::now()
-        );
-        // The same rollout, when the request was about it; else an undo from no rollout.
-        if let Some(staging) =
-            staging.filter(|_| state.as_ref().is_some_and(|s| s.to == next.to && s.from == next.from))
-        {
-            staging.take(next, note);
-            return Ok(staging.describe());
-        }
-        let previous =
-            crate::runtime::rollout_resume::previous_set(self.revisions.config_maps(), rule, next.from, &kinds)
-                .await
-                .map_err(|e| format!("revision {} does not load: {e}", next.from))?;
-        let policy = in_force
-            .rollout
-            .clone()
-            .unwrap_or_else(crate::engine::rollout::policy::Rollout::all_at_once);
-        let recorded = rollout::Recorded {
-            state: next,
-            started_at: jiff::Timestamp::now(),
-            note: Some(note),
-        };
-        // A new rollout is followed as soon as it starts: on record first.
-        let staging = rollout::Staging::resumed(Arc::new(previous), policy, recorded);
-        let text = staging.describe();
-        self.rollout_report.write(rule, text.clone()).await;
-        self.shared.rollouts.start(rule, staging);
-        Ok(text)
-    }
-
     /// A Warning Event on the `ruleop-status` ConfigMap, where the state of the rules is reported.
-    fn publish_warning(&self, reason: &str, action: &str, note: String) {
+    pub(crate) fn publish_warning(&self, reason: &str, action: &str, note: String) {
         let reference = k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some("v1".to_owned()),
             kind: Some("ConfigMap".to_owned()),
@@ -538,10 +414,10 @@ impl Reloader {
     }
 }
 
-struct Reloader {
-    settings: RunSettings,
-    shared: Arc<Shared>,
-    supervisor: Supervisor,
+pub(crate) struct Reloader {
+    pub(crate) settings: RunSettings,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) supervisor: Supervisor,
     /// The files last dealt with for good: put in force, or rejected for their content. A set
     /// that failed for a passing reason (discovery, a controller start) is not recorded, so it
     /// is tried again.
@@ -555,9 +431,11 @@ struct Reloader {
     rejected_by_schemas: Option<SchemaRejection>,
     status: StatusReporter,
     /// The kept revisions of each rule.
-    revisions: RevisionStore,
+    pub(crate) revisions: RevisionStore,
     /// The staged rollouts' state in `ruleop-status`.
-    rollout_report: RolloutReport,
+    pub(crate) rollout_report: RolloutReport,
+    /// Whether this replica runs the staged rollouts, and the watches that go with it.
+    pub(crate) driving: Driving,
 }
 
 /// What a failed check against the live CRDs refused.
@@ -715,16 +593,7 @@ impl Reloader {
         self.retry = None;
         self.shared.observability.metrics.reloaded("ok");
         info!(rules = %rule_names(&set), elapsed = ?started.elapsed(), "rules reloaded");
-        for rule in staged {
-            let text = match self.shared.rollouts.get(&rule) {
-                Some(staging) => {
-                    info!(rule, state = %staging.describe(), "staged rollout started");
-                    staging.describe()
-                }
-                None => "phase: Ended (the rule changed without spec.rollout, or is gone)\n".to_owned(),
-            };
-            self.rollout_report.write(&rule, text).await;
-        }
+        self.staged(staged).await;
         let _ = self
             .status
             .report(ReloadState::Loaded, &rule_names(&set), &fingerprint)

@@ -14,6 +14,7 @@ use tracing::{error, info};
 use crate::cache::discovery::Kinds;
 use crate::engine::rules::RuleSet;
 use crate::runtime::controller::{self, RunningController, Shared};
+use crate::runtime::rollout::ParentNow;
 
 /// How long a controller replaced or removed by a reload may take to finish its reconciles.
 const CONTROLLER_STOP: Duration = Duration::from_secs(30);
@@ -132,6 +133,14 @@ impl Supervisor {
         if let Some(running) = self.running.get(rule) {
             running.reconcile_all();
         }
+    }
+
+    /// Every cached parent of `rule` with its body (none while its controller is down).
+    pub(crate) fn parents_now(&self, rule: &str) -> Vec<ParentNow> {
+        self.running
+            .get(rule)
+            .map(RunningController::parents_now)
+            .unwrap_or_default()
     }
 
     /// When the next ended controller is due to start again.

@@ -33,6 +33,7 @@ use crate::ops::Observability;
 use crate::ops::metrics::Sampled;
 use crate::runtime::housekeeping::FailureCounts;
 use crate::runtime::queue::{self, Triggers};
+use crate::runtime::rollout::ParentNow;
 use crate::runtime::workers::Workers;
 
 pub(crate) use circuit::{Failures, Threshold};
@@ -196,6 +197,8 @@ pub(crate) struct RunningController {
     workers: Arc<Workers>,
     /// The cache of the watched parents (ready once their first list is in).
     parents: Store<DynamicObject>,
+    /// Their bodies, and the resource they are of.
+    bodies: (Arc<ParentIndex>, kube::discovery::ApiResource),
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -204,6 +207,22 @@ impl RunningController {
     /// Re-reconciles every parent (the rule changed).
     pub(crate) fn reconcile_all(&self) {
         let _ = self.reconcile_all.unbounded_send(());
+    }
+
+    /// Every cached parent with its body, for a staged rollout's baseline.
+    pub(crate) fn parents_now(&self) -> Vec<ParentNow> {
+        let (bodies, resource) = &self.bodies;
+        self.parents
+            .state()
+            .iter()
+            .filter_map(|parent| {
+                let namespace = parent.namespace().unwrap_or_default();
+                Some(ParentNow {
+                    uid: parent.metadata.uid.clone()?,
+                    body: bodies.get(&namespace, &parent.name_any(), resource)?,
+                })
+            })
+            .collect()
     }
 
     /// The task that runs it, to learn when it ends by itself.

@@ -97,12 +97,15 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
     // Before anything else, so before any write: another replica's shard is not ours to touch.
     // Its parents are reconciled here again when the shard is taken (`parents_of_taken_shards`).
     let writer = ctx.shared.writers.of(&parent.uid().unwrap_or_default());
+    let namespace = parent.namespace().unwrap_or_default();
+    // Every replica watches the moved parents of every shard, so the one that decides a halt
+    // (`Writers::runs_rollouts`) sees them all, and any replica taking over from it has seen them.
+    let staged = rollout_place(&ctx, &parent, &namespace);
     if !writer.held() {
         return Ok(Action::await_change());
     }
     let (set, kinds) = ctx.shared.snapshot();
-    let namespace = parent.namespace().unwrap_or_default();
-    let (set, refused) = match chosen_set(&ctx, &parent, &namespace, &set, &kinds).await {
+    let (set, refused) = match chosen_set(&ctx, &parent, staged, &set, &kinds).await {
         Ok(chosen) => (chosen.unwrap_or(set), None),
         // A parent being deleted is cleaned up under the rule in force, whatever its pin says.
         Err(_) if parent.meta().deletion_timestamp.is_some() => (set, None),
@@ -171,7 +174,7 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
 async fn chosen_set(
     ctx: &RuleContext,
     parent: &DynamicObject,
-    namespace: &str,
+    staged: Option<Arc<RuleSet>>,
     set: &RuleSet,
     kinds: &Kinds,
 ) -> Result<Option<Arc<RuleSet>>, ReconcileError> {
@@ -179,7 +182,7 @@ async fn chosen_set(
         return Ok(None);
     };
     if !parent.annotations().contains_key(REVISION_ANNOTATION) {
-        return Ok(staged_set(ctx, parent, namespace));
+        return Ok(staged);
     }
     let refused = |reason: &'static str, message: String| ReconcileError::Pin { reason, message };
     let kept = ctx.shared.pins.kept(&ctx.rule_name);
@@ -204,9 +207,13 @@ async fn chosen_set(
 }
 
 /// During a staged rollout of the rule, the rule set a parent the current step has not moved is
-/// reconciled under: the one the change replaced (`None`: the set in force). A moved parent is
-/// watched for going from ready to not ready, which may halt the rollout.
-fn staged_set(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> Option<Arc<RuleSet>> {
+/// reconciled under: the one the change replaced (`None`: the set in force, or the parent is
+/// pinned). A moved parent is watched for going from ready to not ready, which may halt the
+/// rollout.
+fn rollout_place(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> Option<Arc<RuleSet>> {
+    if parent.annotations().contains_key(REVISION_ANNOTATION) {
+        return None;
+    }
     let staging = ctx.shared.rollouts.get(&ctx.rule_name)?;
     let uid = parent.uid().unwrap_or_default();
     let parents = ctx.parents.state();
@@ -216,7 +223,12 @@ fn staged_set(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> Opt
     }
     let name = parent.name_any();
     if let Some(body) = ctx.bodies.get(namespace, &name, &ctx.parent_kind.resource)
-        && staging.observe(&uid, &format!("{namespace}/{name}"), &body)
+        && staging.observe(
+            &uid,
+            &format!("{namespace}/{name}"),
+            &body,
+            ctx.shared.writers.runs_rollouts(),
+        )
     {
         ctx.shared.rollouts.announce_halt(&ctx.rule_name);
     }

@@ -218,6 +218,7 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         .metrics
         .sample(&rule.name, Arc::downgrade(&sampled));
     let listed = context.parents.clone();
+    let bodies = (context.bodies.clone(), context.parent_kind.resource.clone());
     let task = spawn_controller(controller, reconcile_all_rx, stop_rx, context, rule.name.clone());
     info!(rule = %rule.name, watch = %format!("{} {}", watched.0, watched.1), "controller started");
     Ok(RunningController {
@@ -228,6 +229,7 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         reconcile_all,
         workers,
         parents: listed,
+        bodies,
         stop,
         task,
     })

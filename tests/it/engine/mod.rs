@@ -10,4 +10,4 @@ mod lifecycle;
 mod live;
 mod peers;
 mod reload;
-mod rollout;
+pub(crate) mod rollout;

@@ -11,7 +11,7 @@ use crate::support::custom::CustomKind;
 use crate::support::mount::{Mount, files_under};
 use crate::support::*;
 
-const RELOAD_FLAGS: &[&str] = &["--reload-debounce", "100ms", "--reload-interval", "30s"];
+pub(crate) const RELOAD_FLAGS: &[&str] = &["--reload-debounce", "100ms", "--reload-interval", "30s"];
 
 /// The kept revisions of `rule` in `ns`: `(number, changed files)`, by number.
 fn kept_revisions(ns: &str, rule: &str) -> Vec<(u64, Vec<String>)> {
@@ -222,7 +222,7 @@ fn every_revision_is_kept_named_in_the_status_and_numbered_on_after_a_restart() 
 }
 
 /// What `ruleop-status` says of `rule`'s rollout.
-fn rollout_state(ns: &str, rule: &str) -> String {
+pub(crate) fn rollout_state(ns: &str, rule: &str) -> String {
     get(ns, "configmap/ruleop-status", &format!("{{.data.rollout\\.{rule}}}"))
 }
 
@@ -471,7 +471,7 @@ const PARENT_AND_CHILDREN: &[&str] = &[
 ];
 
 /// `(name -> resourceVersion, name -> data.edition)` of the ConfigMaps `*-cm` in `ns`.
-fn config_maps(ns: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+pub(crate) fn config_maps(ns: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let listed: serde_json::Value =
         serde_json::from_str(&kubectl_ok(&["get", "configmaps", "-n", ns, "-o", "json"])).expect("JSON");
     let mut versions = BTreeMap::new();
@@ -496,8 +496,18 @@ fn config_maps(ns: &str) -> (BTreeMap<String, String>, BTreeMap<String, String>)
 /// Rule `shop`: one ConfigMap per parent, ready while its `healthy` is `yes`, rolled out 10% then
 /// 100% with `pause`; `extra` is more of `spec.rollout` (indented four spaces).
 fn shop_rule(kind: &CustomKind, pause: Duration, extra: &str) -> Vec<(String, String)> {
+    shop_rule_in_steps(kind, 10, pause, extra)
+}
+
+/// [`shop_rule`] with a first step of `percent`.
+pub(crate) fn shop_rule_in_steps(
+    kind: &CustomKind,
+    percent: u32,
+    pause: Duration,
+    extra: &str,
+) -> Vec<(String, String)> {
     let rule = format!(
-        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: shop\nspec:\n  watch:\n    apiVersion: {}\n    kind: Shop\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: shop/cm.yaml.j2\n      readyWhen: object.data.healthy == \"yes\"\n  rollout:\n    steps:\n      - {{percent: 10, pause: {}s}}\n      - {{percent: 100}}\n{extra}",
+        "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: shop\nspec:\n  watch:\n    apiVersion: {}\n    kind: Shop\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: shop/cm.yaml.j2\n      readyWhen: object.data.healthy == \"yes\"\n  rollout:\n    steps:\n      - {{percent: {percent}, pause: {}s}}\n      - {{percent: 100}}\n{extra}",
         kind.api_version(),
         pause.as_secs()
     );
@@ -505,7 +515,7 @@ fn shop_rule(kind: &CustomKind, pause: Duration, extra: &str) -> Vec<(String, St
 }
 
 /// The shop ConfigMap's template, of `edition`, with `healthy`.
-fn shop_template(edition: u32, healthy: &str) -> Vec<(String, String)> {
+pub(crate) fn shop_template(edition: u32, healthy: &str) -> Vec<(String, String)> {
     vec![(
         "shop/cm.yaml.j2".to_owned(),
         format!(
@@ -515,7 +525,7 @@ fn shop_template(edition: u32, healthy: &str) -> Vec<(String, String)> {
 }
 
 /// How many objects of `kind` in `ns` are Ready=True.
-fn ready_count(kind: &CustomKind, ns: &str) -> usize {
+pub(crate) fn ready_count(kind: &CustomKind, ns: &str) -> usize {
     let listed: serde_json::Value =
         serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
     listed["items"]
@@ -531,7 +541,7 @@ fn ready_count(kind: &CustomKind, ns: &str) -> usize {
 }
 
 /// Creates 20 Shops in `ns` and waits until they are Ready.
-fn twenty_ready_shops(kind: &CustomKind, ns: &str) {
+pub(crate) fn twenty_ready_shops(kind: &CustomKind, ns: &str) {
     for i in 0..20 {
         kubectl_with_stdin(
             &["apply", "-n", ns, "-f", "-"],
@@ -672,7 +682,7 @@ fn shops_by_revision(kind: &CustomKind, ns: &str) -> BTreeMap<u64, usize> {
 }
 
 /// How many shop ConfigMaps in `ns` have each edition.
-fn editions(ns: &str) -> BTreeMap<String, usize> {
+pub(crate) fn editions(ns: &str) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for edition in config_maps(ns).1.into_values() {
         *counts.entry(edition).or_default() += 1;
