@@ -21,6 +21,7 @@ mod phases;
 mod plane;
 mod process;
 mod report;
+mod rollout;
 mod settings;
 mod writes;
 

@@ -102,6 +102,8 @@ pub struct RunResult {
     pub reload: Option<Duration>,
     /// The same with the rule's `reloadConcurrency` set to each of `BENCH_RELOAD_SWEEP`.
     pub reload_sweep: Vec<(u16, Duration)>,
+    /// ruleop's staged rollout phase (`BENCH_ROLLOUT=1`).
+    pub rollout: Option<crate::rollout::RolloutRun>,
     /// ruleop's fairness phase (N >= 1,000 only).
     pub fairness: Option<Fairness>,
     /// Anything worth a line under the table.
@@ -270,6 +272,11 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
             result.reload_sweep.push((in_flight, took));
             result.notes.extend(note);
         }
+    }
+    if extras.reload && ctx.settings.rollout {
+        let (run, note) = crate::rollout::rollout(ctx, contender, ns, n).await?;
+        result.rollout = Some(run);
+        result.notes.extend(note);
     }
     if extras.fairness && n >= 1000 {
         let (fair, notes) = fairness(ctx, contender, n).await?;
@@ -445,7 +452,8 @@ fn rules_with_reload_concurrency(ctx: &Ctx<'_>, tag: &str, in_flight: u16) -> Re
     Ok(rules)
 }
 
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+/// Copies the directory tree `from` to `to`.
+pub fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

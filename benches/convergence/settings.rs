@@ -21,6 +21,8 @@ pub struct Settings {
     pub in_flight: usize,
     /// `BENCH_RELOAD_SWEEP`: `reloadConcurrency` values the reload phase is repeated with.
     pub reload_sweep: Vec<u16>,
+    /// `BENCH_ROLLOUT=1`: ruleop's staged rollout phase (10/50/100%, 5 s pauses) after the reload.
+    pub rollout: bool,
     /// `BENCH_FLOOR_CONCURRENCY`: parents the floor (and kro) work on at once.
     pub floor_concurrency: usize,
     /// `BENCH_RESYNC`: the `resync:` of the rules copy used for the resync write count.
@@ -97,6 +99,7 @@ impl Settings {
                 .filter(|v| !v.trim().is_empty())
                 .map(|v| v.trim().parse().with_context(|| format!("BENCH_RELOAD_SWEEP: {v:?}")))
                 .collect::<Result<_>>()?,
+            rollout: env_or("BENCH_ROLLOUT", "") == "1",
             floor_concurrency: env_num("BENCH_FLOOR_CONCURRENCY", max_concurrent)? as usize,
             resync: env_or("BENCH_RESYNC", "5s"),
             steady: Duration::from_secs(env_num("BENCH_STEADY_S", 5)?),

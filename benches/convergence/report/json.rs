@@ -73,6 +73,18 @@ pub fn report(r: &Report<'_>) -> Value {
                     "reload_concurrency": in_flight,
                     "seconds": took.as_secs_f64(),
                 })).collect::<Vec<_>>(),
+                "rollout": x.rollout.as_ref().map(|r| json!({
+                    "steps": r.steps.iter().map(|(percent, at)| json!({
+                        "percent": percent,
+                        "seconds_from_edit": at.as_secs_f64(),
+                    })).collect::<Vec<_>>(),
+                    "writes_staged": counts(&r.staged),
+                    "writes_staged_total": total(&r.staged),
+                    "writes_unstaged": counts(&r.unstaged),
+                    "writes_unstaged_total": total(&r.unstaged),
+                    "rss_kb_before": r.rss_before_kb,
+                    "rss_kb_peak_during": r.rss_peak_kb,
+                })),
                 "fairness": x.fairness.as_ref().map(|f| json!({
                     "quiet_parent_s": f.quiet.as_secs_f64(),
                     "busy_namespace_all_s": f.busy_all.as_secs_f64(),

@@ -295,6 +295,33 @@ impl Report<'_> {
                 cells(&format!("{:.2}", took.as_secs_f64()))
             );
         }
+        if let Some(rollout) = self.run(n, "ruleop").and_then(|r| r.rollout.as_ref()) {
+            let steps: Vec<String> = rollout
+                .steps
+                .iter()
+                .map(|(percent, at)| format!("{percent}% {:.2}", at.as_secs_f64()))
+                .collect();
+            let _ = writeln!(
+                md,
+                "| (5) staged rollout, steps 10/50/100% with 5 s pauses: edit to each step's Services updated (s, incl. 0.5 s debounce) {} |",
+                cells(&steps.join(", "))
+            );
+            let _ = writeln!(
+                md,
+                "| (5) staged rollout writes (unstaged reload of the same edit) {} |",
+                cells(&format!(
+                    "{} ({})",
+                    crate::writes::total(&rollout.staged),
+                    crate::writes::total(&rollout.unstaged)
+                ))
+            );
+            let mb = |kb: Option<u64>| kb.map_or("-".to_owned(), |kb| format!("{:.1}", kb as f64 / 1024.0));
+            let _ = writeln!(
+                md,
+                "| (5) staged rollout RSS before the edit, peak during it (MB, two rule sets loaded) {} |",
+                cells(&format!("{}, {}", mb(rollout.rss_before_kb), mb(rollout.rss_peak_kb)))
+            );
+        }
         let fairness = self
             .run(n, "ruleop")
             .and_then(|r| r.fairness.as_ref())
