@@ -519,3 +519,124 @@ fn a_deleted_ruleop_pod_is_replaced_and_reconciling_goes_on() {
         || crate::support::exists(&ns.0, "service/after-svc") && condition(&ns.0, "database/after", "Ready") == "True",
     );
 }
+
+/// Every process of the container `id` (a containerd container ID), from the host's /proc: the
+/// node runs its containers as processes of this machine.
+fn container_pids(id: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|cgroup| cgroup.contains(id)))
+        .collect()
+}
+
+/// `(idempotency key, succeeded)` of each Job of the `scheduled-backup` action in `ns`.
+fn scheduled_jobs(ns: &str) -> Vec<(String, bool)> {
+    kubectl_ok(&[
+        "get",
+        "jobs",
+        "-n",
+        ns,
+        "-l",
+        "ruleop.io/action=scheduled-backup",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.annotations.ruleop\.io/idempotency-key} {.status.succeeded}{"\n"}{end}"#,
+    ])
+    .lines()
+    .filter_map(|line| {
+        let mut fields = line.split_whitespace();
+        Some((fields.next()?.to_owned(), fields.next() == Some("1")))
+    })
+    .collect()
+}
+
+/// Issue 23, step 5: a schedule of one minute backs up exactly once per slot, also across a
+/// SIGKILL of the ruleop Pod's process (the kubelet restarts its container; the new process
+/// waits out the killed one's lease). Each Job's idempotency key is matched to the minute it was
+/// for, by the key function the engine uses.
+#[test]
+fn a_minutely_schedule_backs_up_once_per_slot_across_a_sigkill_of_the_ruleop_pod() {
+    let _ruleop = node::ruleop();
+    let ns = Namespace::new("e2e-cron");
+    crate::support::apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: cron-credentials}\nstringData: {password: e2e-secret}\n---\n\
+         apiVersion: myorg.io/v1\nkind: Database\nmetadata: {name: cron}\n\
+         spec: {version: \"16\", replicas: 1, storage: {size: 1Gi}, backup: {enabled: true, schedule: \"* * * * *\"}}\n",
+    );
+    wait_until(POD_READY, "the Database Ready", || {
+        condition(&ns.0, "database/cron", "Ready") == "True"
+    });
+    wait_until(Duration::from_secs(120), "the first scheduled backup", || {
+        !scheduled_jobs(&ns.0).is_empty()
+    });
+    let pod = node::pods()[0].0.clone();
+    let container = get(
+        "ruleop-system",
+        &format!("pod/{pod}"),
+        "{.status.containerStatuses[0].containerID}",
+    );
+    let id = container.trim_start_matches("containerd://").to_owned();
+    let pids = container_pids(&id);
+    assert!(!pids.is_empty(), "the ruleop container's processes ({id})");
+    let killed = Instant::now();
+    for pid in &pids {
+        sigkill(*pid);
+    }
+    wait_until(POD_READY, "the ruleop container restarted and Ready", || {
+        get(
+            "ruleop-system",
+            &format!("pod/{pod}"),
+            "{.status.containerStatuses[0].restartCount}",
+        ) != "0"
+            && node::pods().first().is_some_and(|p| p.2)
+    });
+    eprintln!("SIGKILL of {pids:?} -> container restarted and Ready in {} ms", ms(killed));
+    let after_kill = scheduled_jobs(&ns.0).len();
+    wait_until(Duration::from_secs(200), "two more slots backed up", || {
+        scheduled_jobs(&ns.0).len() >= after_kill + 2
+    });
+    wait_until(Duration::from_secs(180), "every scheduled backup succeeded", || {
+        scheduled_jobs(&ns.0).iter().all(|(_, succeeded)| *succeeded)
+    });
+
+    // Which minute each Job was for: the key is a function of the UID, the action and the slot.
+    let uid = get(&ns.0, "database/cron", "{.metadata.uid}");
+    let created: jiff::Timestamp = get(&ns.0, "database/cron", "{.metadata.creationTimestamp}")
+        .parse()
+        .expect("creationTimestamp");
+    let now = jiff::Timestamp::now();
+    let mut slot_of = std::collections::BTreeMap::new();
+    let mut minute = jiff::Timestamp::from_second(created.as_second() - created.as_second() % 60).expect("a minute");
+    while minute <= now {
+        let key = ruleop::engine::plan::actions::idempotency_key(&uid, "scheduled-backup", &format!("slot={minute}"));
+        slot_of.insert(key, minute);
+        minute += jiff::SignedDuration::from_secs(60);
+    }
+    let jobs = scheduled_jobs(&ns.0);
+    let mut slots: Vec<jiff::Timestamp> = jobs
+        .iter()
+        .map(|(key, _)| *slot_of.get(key).unwrap_or_else(|| panic!("the Job with key {key} is for no minute slot")))
+        .collect();
+    slots.sort();
+    eprintln!("scheduled backups, one per slot: {slots:?}");
+    let distinct: std::collections::BTreeSet<_> = slots.iter().collect();
+    assert_eq!(distinct.len(), slots.len(), "no slot backed up twice: {slots:?}");
+    for pair in slots.windows(2) {
+        assert_eq!(
+            pair[1].duration_since(pair[0]).as_secs(),
+            60,
+            "consecutive minutes, none missed across the SIGKILL: {slots:?}"
+        );
+    }
+    assert!(slots.len() >= 3, "{slots:?}");
+}
+
+/// SIGKILL of a process of this machine (a container's, on the node).
+fn sigkill(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -KILL {pid}");
+}
