@@ -88,6 +88,8 @@ pub struct RunResult {
     pub writes_converge: Counts,
     /// CPU seconds of the process from before the first create to write quiet after convergence.
     pub cpu_converge_s: Option<f64>,
+    /// ruleop's reconciles by then, by what queued them (where the CPU went).
+    pub triggers_converge: std::collections::BTreeMap<String, u64>,
     /// VmRSS 3 s after ready in the empty namespace.
     pub rss_empty_kb: Option<u64>,
     /// VmHWM / sampled peak.
@@ -239,6 +241,7 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
         return Ok(result);
     };
     result.cpu_converge_s = op.cpu_seconds().zip(cpu_before).map(|(a, b)| a - b);
+    result.triggers_converge = op.reconcile_triggers().await;
     // Memory once idle again.
     tokio::time::sleep(settings.steady).await;
     result.rss_steady_kb = op.proc_status("VmRSS");

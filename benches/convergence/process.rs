@@ -1,6 +1,7 @@
 //! Process contenders as child processes: start, readiness, reconcile counts, memory and CPU from
 //! /proc, stop.
 
+use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -94,6 +95,28 @@ impl Operator {
             }
             Reconciles::Lines(file) => Some(std::fs::read_to_string(file).map_or(0, |t| t.lines().count() as u64)),
         }
+    }
+
+    /// ruleop's reconciles so far by what queued them (`ruleop_reconcile_triggers_total`, summed
+    /// over rules); empty for a contender without that metric.
+    pub async fn reconcile_triggers(&self) -> BTreeMap<String, u64> {
+        let mut by = BTreeMap::new();
+        let Reconciles::Metric { addr, .. } = &self.reconciles else {
+            return by;
+        };
+        let Some((_, body)) = http_get(addr, "/metrics").await else {
+            return by;
+        };
+        for line in body
+            .lines()
+            .filter(|l| l.starts_with("ruleop_reconcile_triggers_total{"))
+        {
+            let (labels, value) = crate::metrics::labels(line);
+            if let (Some(trigger), Some(value)) = (labels.get("trigger"), value) {
+                *by.entry((*trigger).to_owned()).or_default() += value as u64;
+            }
+        }
+        by
     }
 
     /// Waits until `count` reconciles have completed.

@@ -73,6 +73,7 @@ pub fn report(r: &Report<'_>) -> Value {
                     "reload_concurrency": in_flight,
                     "seconds": took.as_secs_f64(),
                 })).collect::<Vec<_>>(),
+                "reconciles_by_trigger_converge": x.triggers_converge,
                 "rollout": x.rollout.as_ref().map(|r| json!({
                     "steps": r.steps.iter().map(|(percent, at)| json!({
                         "percent": percent,

@@ -295,6 +295,26 @@ impl Report<'_> {
                 cells(&format!("{:.2}", took.as_secs_f64()))
             );
         }
+        if let Some(run) = self.run(n, "ruleop").filter(|r| !r.triggers_converge.is_empty()) {
+            let all: u64 = run.triggers_converge.values().sum();
+            let by: Vec<String> = run
+                .triggers_converge
+                .iter()
+                .map(|(trigger, count)| format!("{trigger} {:.1}", *count as f64 / n as f64))
+                .collect();
+            let per_reconcile = run.cpu_converge_s.map_or("-".to_owned(), |cpu| {
+                format!("{:.2} ms CPU per reconcile", cpu * 1000.0 / all.max(1) as f64)
+            });
+            let _ = writeln!(
+                md,
+                "| (1) reconciles per parent during convergence, by trigger {} |",
+                cells(&format!(
+                    "{:.1} ({}); {per_reconcile}",
+                    all as f64 / n as f64,
+                    by.join(", ")
+                ))
+            );
+        }
         if let Some(rollout) = self.run(n, "ruleop").and_then(|r| r.rollout.as_ref()) {
             let steps: Vec<String> = rollout
                 .steps

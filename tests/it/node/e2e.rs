@@ -591,7 +591,10 @@ fn a_minutely_schedule_backs_up_once_per_slot_across_a_sigkill_of_the_ruleop_pod
         ) != "0"
             && node::pods().first().is_some_and(|p| p.2)
     });
-    eprintln!("SIGKILL of {pids:?} -> container restarted and Ready in {} ms", ms(killed));
+    eprintln!(
+        "SIGKILL of {pids:?} -> container restarted and Ready in {} ms",
+        ms(killed)
+    );
     let after_kill = scheduled_jobs(&ns.0).len();
     wait_until(Duration::from_secs(200), "two more slots backed up", || {
         scheduled_jobs(&ns.0).len() >= after_kill + 2
@@ -616,7 +619,11 @@ fn a_minutely_schedule_backs_up_once_per_slot_across_a_sigkill_of_the_ruleop_pod
     let jobs = scheduled_jobs(&ns.0);
     let mut slots: Vec<jiff::Timestamp> = jobs
         .iter()
-        .map(|(key, _)| *slot_of.get(key).unwrap_or_else(|| panic!("the Job with key {key} is for no minute slot")))
+        .map(|(key, _)| {
+            *slot_of
+                .get(key)
+                .unwrap_or_else(|| panic!("the Job with key {key} is for no minute slot"))
+        })
         .collect();
     slots.sort();
     eprintln!("scheduled backups, one per slot: {slots:?}");
