@@ -46,10 +46,16 @@ pub(crate) const LABEL_ROLE: &str = "ruleop.io/lease-role";
 /// randomly seeded hasher. Written out rather than taken from a crate, because crates expose it
 /// through `std::hash::Hasher`, where hashing a `str` appends a separator byte.
 pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    fnv1a64_of(&[bytes])
+}
+
+/// [`fnv1a64`] of the concatenation of `parts`, without building it.
+pub(crate) fn fnv1a64_of(parts: &[&[u8]]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes
+    parts
         .iter()
+        .flat_map(|part| part.iter())
         .fold(OFFSET_BASIS, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(PRIME))
 }
 
@@ -761,6 +767,7 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+        assert_eq!(fnv1a64_of(&[b"foo", b"", b"bar"]), 0x8594_4171_f739_67e8, "in parts");
     }
 
     #[test]
