@@ -57,6 +57,11 @@ fn an_image_that_cannot_be_pulled_halts_the_rollout_after_its_first_step() {
     let ruleop = node::ruleop();
     let ruleop = ruleop.as_ref().expect("installed");
     let ns = Namespace::new("node-rollout");
+    // A step's share is of the rule's parents cluster-wide: another test's Databases (still
+    // being deleted, with their final backup) would count too.
+    wait_until(Duration::from_secs(300), "no other test's Database left", || {
+        kubectl_ok(&["get", "databases", "-A", "-o", "name"]).trim().is_empty()
+    });
     for name in NAMES {
         create_database(&ns.0, name, 1, false);
     }
@@ -97,11 +102,12 @@ fn an_image_that_cannot_be_pulled_halts_the_rollout_after_its_first_step() {
         .collect();
     assert_eq!(moved.len(), 1, "one of three moved: {after:?}");
     let moved = moved[0].clone();
+    // The halt may come as the old pod stops, before the kubelet has tried the pull.
+    wait_until(Duration::from_secs(120), "the moved Database's pod failing its pull", || {
+        let reasons = waiting_reasons(&ns.0, &moved);
+        reasons.contains("ErrImagePull") || reasons.contains("ImagePullBackOff")
+    });
     let reasons = waiting_reasons(&ns.0, &moved);
-    assert!(
-        reasons.contains("ErrImagePull") || reasons.contains("ImagePullBackOff"),
-        "the moved Database's pod cannot pull its image: {reasons:?}"
-    );
     let state = node::status("rollout\\.database");
     assert!(
         state.contains(&format!("{}/{moved}: Ready False", ns.0)),
