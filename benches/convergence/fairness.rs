@@ -57,7 +57,9 @@ async fn measure(
     };
     let kind = contender.parent();
     // The parents other phases left (the converged namespace of this N) are reconciled once at
-    // start-up; the burst starts after those, with the queue empty.
+    // start-up; the burst starts after those, with the queue empty and the API server's writes
+    // still (a phase before may have left children or status this process's rules write back,
+    // each write queueing its parent once more).
     let existing = Api::<DynamicObject>::all_with(ctx.client.clone(), &kind.resource())
         .list_metadata(&ListParams::default())
         .await?
@@ -67,6 +69,7 @@ async fn measure(
     let mut op = Operator::start(ctx, contender, busy, &setup)?;
     op.wait_ready(Duration::from_secs(90)).await?;
     op.wait_reconciles(existing as u64, timeout).await?;
+    crate::writes::settle(&ctx.client, Duration::from_secs(3), Duration::from_secs(120)).await?;
     let busy_seen = Observer::start(&ctx.client, busy, contender).await?;
     let quiet_seen = Observer::start(&ctx.client, quiet, contender).await?;
     let (handover, mut created) = mpsc::unbounded_channel();

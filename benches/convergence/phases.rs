@@ -397,11 +397,8 @@ async fn reload(
         rules,
         ..Setup::default()
     };
-    let op = Operator::start(ctx, contender, ns, &setup)?;
-    op.wait_ready(Duration::from_secs(90)).await?;
+    let op = started_and_settled(ctx, contender, ns, n, &setup).await?;
     let timeout = ctx.settings.converge_timeout(n);
-    op.wait_reconciles(n as u64, timeout).await?;
-    settle(&ctx.client, Duration::from_secs(1), Duration::from_secs(10)).await?;
     let service = templates.join("database/service.yaml.j2");
     let text = std::fs::read_to_string(&service)?;
     let edited = text.replacen(
@@ -423,6 +420,22 @@ async fn reload(
     let took = start.elapsed();
     let note = op.stop("reload").await;
     Ok((took, note))
+}
+
+/// The contender started with `setup` over the N converged parents in `ns`, once it has
+/// reconciled them all and the API server's writes are still.
+pub async fn started_and_settled(
+    ctx: &Ctx<'_>,
+    contender: &'static dyn Contender,
+    ns: &str,
+    n: usize,
+    setup: &Setup,
+) -> Result<Operator> {
+    let op = Operator::start(ctx, contender, ns, setup)?;
+    op.wait_ready(Duration::from_secs(90)).await?;
+    op.wait_reconciles(n as u64, ctx.settings.converge_timeout(n)).await?;
+    settle(&ctx.client, Duration::from_secs(1), Duration::from_secs(10)).await?;
+    Ok(op)
 }
 
 /// A copy of the shipped rules whose Database rule runs `in_flight` reconciles at once after a

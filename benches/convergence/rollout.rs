@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Service;
 
 use crate::contenders::{Contender, Setup};
 use crate::observer::wait_labelled;
-use crate::phases::{Ctx, copy_tree};
-use crate::process::{Operator, RssSampler};
+use crate::phases::{Ctx, copy_tree, started_and_settled};
+use crate::process::RssSampler;
 use crate::writes::{Counts, apiserver_writes, diff, settle};
 
 /// The steps: percent and pause (s).
@@ -58,11 +58,8 @@ pub async fn rollout(
         templates: Some(templates.clone()),
         ..Setup::default()
     };
-    let op = Operator::start(ctx, contender, ns, &setup)?;
-    op.wait_ready(Duration::from_secs(90)).await?;
+    let op = started_and_settled(ctx, contender, ns, n, &setup).await?;
     let timeout = ctx.settings.converge_timeout(n);
-    op.wait_reconciles(n as u64, timeout).await?;
-    settle(&ctx.client, Duration::from_secs(1), Duration::from_secs(10)).await?;
 
     let rss_before_kb = op.proc_status("VmRSS");
     let sampler = RssSampler::start(op.pid);

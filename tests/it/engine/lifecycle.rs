@@ -16,20 +16,7 @@ fn backup(name: &str) -> String {
 
 /// Names of the Jobs the final backup created in `ns`.
 fn final_backup_jobs(ns: &str) -> Vec<String> {
-    kubectl_ok(&[
-        "get",
-        "jobs",
-        "-n",
-        ns,
-        "-l",
-        "ruleop.io/action=final-backup",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}",
-    ])
-    .lines()
-    .filter(|l| !l.is_empty())
-    .map(str::to_owned)
-    .collect()
+    crate::support::fleet::jobs_of_action(ns, "final-backup", "{.metadata.name}")
 }
 
 fn delete(ns: &str, what: &str) {

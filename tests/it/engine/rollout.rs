@@ -524,13 +524,16 @@ pub(crate) fn shop_template(edition: u32, healthy: &str) -> Vec<(String, String)
     )]
 }
 
+/// The objects of `kind` in `ns`, as JSON.
+pub(crate) fn listed(kind: &CustomKind, ns: &str) -> Vec<serde_json::Value> {
+    let list: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
 /// How many objects of `kind` in `ns` are Ready=True.
 pub(crate) fn ready_count(kind: &CustomKind, ns: &str) -> usize {
-    let listed: serde_json::Value =
-        serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
-    listed["items"]
-        .as_array()
-        .expect("items")
+    listed(kind, ns)
         .iter()
         .filter(|shop| {
             shop["status"]["conditions"]
@@ -670,10 +673,8 @@ fn a_change_that_makes_moved_parents_unready_halts_the_rollout_and_the_others_ar
 
 /// How many Shops in `ns` record each revision in `status.ruleopRevision` (`0`: none).
 fn shops_by_revision(kind: &CustomKind, ns: &str) -> BTreeMap<u64, usize> {
-    let listed: serde_json::Value =
-        serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
     let mut counts = BTreeMap::new();
-    for shop in listed["items"].as_array().expect("items") {
+    for shop in listed(kind, ns) {
         *counts
             .entry(shop["status"]["ruleopRevision"].as_u64().unwrap_or(0))
             .or_default() += 1;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use ruleop::ha::shard_of;
 
 use crate::engine::rollout::{
-    RELOAD_FLAGS, config_maps, editions, ready_count, rollout_state, shop_rule_in_steps, shop_template,
+    RELOAD_FLAGS, config_maps, editions, listed, ready_count, rollout_state, shop_rule_in_steps, shop_template,
     twenty_ready_shops,
 };
 use crate::support::audit::AuditMark;
@@ -29,11 +29,7 @@ fn shop_replica(rules: &Mount, templates: &Mount, ns: &str) -> Operator {
 
 /// Each shop ConfigMap's shard (`<shop>-cm` -> the shard of its Shop's UID).
 fn shards_of_config_maps(kind: &CustomKind, ns: &str) -> BTreeMap<String, u32> {
-    let listed: serde_json::Value =
-        serde_json::from_str(&kubectl_ok(&["get", &kind.resource(), "-n", ns, "-o", "json"])).expect("JSON");
-    listed["items"]
-        .as_array()
-        .expect("items")
+    listed(kind, ns)
         .iter()
         .filter_map(|shop| {
             let name = shop["metadata"]["name"].as_str()?;

@@ -532,17 +532,12 @@ fn container_pids(id: &str) -> Vec<u32> {
 
 /// `(idempotency key, succeeded)` of each Job of the `scheduled-backup` action in `ns`.
 fn scheduled_jobs(ns: &str) -> Vec<(String, bool)> {
-    kubectl_ok(&[
-        "get",
-        "jobs",
-        "-n",
+    crate::support::fleet::jobs_of_action(
         ns,
-        "-l",
-        "ruleop.io/action=scheduled-backup",
-        "-o",
-        r#"jsonpath={range .items[*]}{.metadata.annotations.ruleop\.io/idempotency-key} {.status.succeeded}{"\n"}{end}"#,
-    ])
-    .lines()
+        "scheduled-backup",
+        r#"{.metadata.annotations.ruleop\.io/idempotency-key} {.status.succeeded}"#,
+    )
+    .iter()
     .filter_map(|line| {
         let mut fields = line.split_whitespace();
         Some((fields.next()?.to_owned(), fields.next() == Some("1")))

@@ -103,10 +103,14 @@ fn an_image_that_cannot_be_pulled_halts_the_rollout_after_its_first_step() {
     assert_eq!(moved.len(), 1, "one of three moved: {after:?}");
     let moved = moved[0].clone();
     // The halt may come as the old pod stops, before the kubelet has tried the pull.
-    wait_until(Duration::from_secs(120), "the moved Database's pod failing its pull", || {
-        let reasons = waiting_reasons(&ns.0, &moved);
-        reasons.contains("ErrImagePull") || reasons.contains("ImagePullBackOff")
-    });
+    wait_until(
+        Duration::from_secs(120),
+        "the moved Database's pod failing its pull",
+        || {
+            let reasons = waiting_reasons(&ns.0, &moved);
+            reasons.contains("ErrImagePull") || reasons.contains("ImagePullBackOff")
+        },
+    );
     let reasons = waiting_reasons(&ns.0, &moved);
     let state = node::status("rollout\\.database");
     assert!(

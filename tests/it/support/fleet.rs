@@ -143,13 +143,27 @@ pub fn jobs_per_parent_and_action(ns: &str) -> BTreeMap<(String, String), usize>
 /// The action Jobs of `ns` (label `ruleop.io/action`), one line each of the JSONPath `fields`;
 /// `None` when the API server does not answer (it may be restarting).
 pub fn action_job_lines(ns: &str, fields: &str) -> Option<String> {
+    job_lines(ns, "ruleop.io/action", fields)
+}
+
+/// The Jobs of action `action` in `ns`, one line each of the JSONPath `fields`.
+pub fn jobs_of_action(ns: &str, action: &str, fields: &str) -> Vec<String> {
+    job_lines(ns, &format!("ruleop.io/action={action}"), fields)
+        .unwrap_or_else(|| panic!("listing the Jobs of action {action} in {ns}"))
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn job_lines(ns: &str, selector: &str, fields: &str) -> Option<String> {
     let out = super::kubectl(&[
         "get",
         "jobs",
         "-n",
         ns,
         "-l",
-        "ruleop.io/action",
+        selector,
         "--request-timeout=20s",
         "-o",
         &format!("jsonpath={{range .items[*]}}{fields}{{\"\\n\"}}{{end}}"),
