@@ -281,7 +281,11 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
         result.rollout = Some(run);
         result.notes.extend(note);
     }
-    if extras.fairness && n >= 1000 {
+    if extras.fairness && n >= 10_000 {
+        result
+            .notes
+            .push("fairness not measured at N >= 10,000 (its target is at N = 1,000)".to_owned());
+    } else if extras.fairness && n >= 1000 {
         let (fair, notes) = fairness(ctx, contender, n).await?;
         result.fairness = Some(fair);
         result.notes.extend(notes);
