@@ -276,6 +276,12 @@ impl Staging {
         progress.note = Some(note);
     }
 
+    /// Whether the state taken is not yet the one reconciles follow.
+    pub(crate) fn unpublished(&self) -> bool {
+        let progress = self.progress();
+        progress.published != progress.state
+    }
+
     /// Lets reconciles follow the state as it is now (once it is on record).
     pub(crate) fn publish(&self) {
         let mut progress = self.progress();
@@ -561,7 +567,9 @@ mod tests {
         let uids = twenty_uids();
         let uids: Vec<&str> = uids.iter().map(String::as_str).collect();
         assert!(uids.iter().all(|u| !staging.moves(u, &uids)));
+        assert!(staging.unpublished());
         staging.publish();
+        assert!(!staging.unpublished());
         assert_eq!(uids.iter().filter(|u| staging.moves(u, &uids)).count(), 2);
     }
 

@@ -78,7 +78,11 @@ impl Reloader {
             if staging.halt_if_over() {
                 self.rollout_halted(&rule).await;
             } else if self.rollout_report.on_record(&rule) != Some(&staging.describe()) {
-                self.record(&rule, &staging).await;
+                // A step (or a new rollout) that could not be recorded before moves now.
+                let moves = staging.unpublished();
+                if self.record(&rule, &staging).await && moves {
+                    self.supervisor.reconcile_all(&rule);
+                }
             }
         }
     }
