@@ -198,18 +198,20 @@ impl Staging {
     /// revisions may have changed (the state followed is not the one followed before).
     /// `parents` (as [`Staging::watch_from_now`] takes them) is asked only when the state is new.
     pub(crate) fn follow(&self, recorded: &Recorded, parents: impl FnOnce() -> Vec<ParentNow>) -> bool {
-        let mut progress = self.progress();
         let mut state = recorded.state.clone();
         state.step = state.step.min(self.rollout.steps.len().saturating_sub(1));
-        if progress.published == state {
+        if self.progress().published == state {
             return false;
         }
+        // Read from the cache before taking the lock, which reconciles wait on.
+        let parents = parents();
+        let mut progress = self.progress();
         if state.phase == Phase::Progressing && progress.state.phase != Phase::Progressing {
             // Resumed: the parents are watched again from now, as `take` does.
             progress.failed.clear();
             progress.baseline.clear();
         }
-        self.take_baseline(&mut progress, &state, &parents());
+        self.take_baseline(&mut progress, &state, &parents);
         for (who, why) in &recorded.failed {
             progress.failed.entry(who.clone()).or_insert_with(|| why.clone());
         }
