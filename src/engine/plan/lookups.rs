@@ -104,15 +104,18 @@ pub(crate) fn keys(
     let mut keys = Vec::with_capacity(rule.spec.lookups.len());
     for lookup in &rule.spec.lookups {
         let id = &lookup.id.value;
-        let render =
-            |field: &str| renderer.render_text(&rule.inline_template(&format!("lookups.{id}.{field}")), parent_context);
-        let name = match lookup.name {
-            Some(_) => render("name")?.trim().to_owned(),
+        let render = |field: &str, source: &Located<String>| {
+            renderer
+                .render_text(&rule.inline_template(&format!("lookups.{id}.{field}")), parent_context)
+                .map_err(|e| super::status_eval::relocate(rule, source, e))
+        };
+        let name = match &lookup.name {
+            Some(template) => render("name", template)?.trim().to_owned(),
             None => String::new(),
         };
         let namespace = match &lookup.namespace {
             Some(template) => {
-                let namespace = render("namespace")?.trim().to_owned();
+                let namespace = render("namespace", template)?.trim().to_owned();
                 guard(rule, lookup, template, &namespace, parent_ref)?;
                 namespace
             }

@@ -55,18 +55,41 @@ fn the_ruleop_pod_from_the_test_overlay_runs_and_is_ready_as_its_service_account
     assert_eq!(node::status("rulesInForce"), "cache,database,tenant");
 }
 
+/// The example Database, created before its credentials Secret: `Ready` names the missing Secret
+/// (the rule reads the first pod's CreateContainerConfigError, no Secret), then the Secret's
+/// creation lets real Postgres start, and the Database scales.
 #[test]
-fn the_example_database_runs_real_postgres_becomes_ready_and_scales_to_three() {
+fn the_example_database_names_a_missing_secret_in_ready_then_runs_and_scales_to_three() {
     let _ruleop = node::ruleop();
     let ns = Namespace::new("e2e-db");
     let example = std::fs::read_to_string(crate::support::root().join("examples/database.yaml")).expect("example");
     let example = example.replace("namespace: default", &format!("namespace: {}", ns.0));
     let start = Instant::now();
+    crate::support::apply_yaml(&ns.0, &example);
+    let ready = |field: &str| {
+        get(
+            &ns.0,
+            "database/orders",
+            &format!("{{.status.conditions[?(@.type==\"Ready\")].{field}}}"),
+        )
+    };
+    wait_until(POD_READY, "Ready=False naming the missing Secret", || {
+        ready("reason") == "CredentialsSecretMissing"
+    });
+    let message = ready("message");
+    assert!(
+        message
+            .starts_with("Secret orders-credentials (key password, spec.credentialsSecret) is missing: pod orders-0: ")
+            && message.contains(r#"secret "orders-credentials" not found"#),
+        "{message}"
+    );
+    assert_eq!(ready("status"), "False");
+    eprintln!("Ready names the missing Secret in {} ms: {message}", ms(start));
+    let start = Instant::now();
     crate::support::apply_yaml(
         &ns.0,
         "apiVersion: v1\nkind: Secret\nmetadata: {name: orders-credentials}\nstringData: {password: e2e-secret}\n",
     );
-    crate::support::apply_yaml(&ns.0, &example);
     wait_until(POD_READY, "Database orders Ready with 2 ready replicas", || {
         condition(&ns.0, "database/orders", "Ready") == "True" && ready_replicas(&ns.0, "orders") == "2"
     });

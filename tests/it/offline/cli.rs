@@ -86,7 +86,7 @@ fn render_of_a_bad_resource_exits_non_zero_and_prints_no_children() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stdout).is_empty());
-    assert!(text(&out.stderr).contains("database/statefulset.yaml.j2:20: value \"1\\nkind: X\" is not safe"));
+    assert!(text(&out.stderr).contains("database/statefulset.yaml.j2:21: value \"1\\nkind: X\" is not safe"));
 }
 
 #[test]
