@@ -4,6 +4,7 @@
 pub(crate) mod diagnostic;
 pub(crate) mod duration;
 pub(crate) mod egress;
+pub(crate) mod field_at;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod plan;

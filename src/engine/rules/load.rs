@@ -201,7 +201,14 @@ fn parse_rule_documents(path: &Path, text: &str, count: usize, problems: &mut Ve
     match parsed {
         Ok(docs) => docs,
         Err(e) => {
-            let mut diagnostic = yaml_diagnostic(path, &yaml::YamlError::from_saphyr(&e));
+            let mut error = yaml::YamlError::from_saphyr(&e);
+            if let (Some(line), Some(column)) = (error.line, error.column)
+                && let Some(field) = crate::engine::field_at::field_at(text, line, column)
+            {
+                let what = crate::engine::field_at::explain_scalar_error(&error.message).map(str::to_owned);
+                error.message = format!("{field}: {}", what.unwrap_or(error.message));
+            }
+            let mut diagnostic = yaml_diagnostic(path, &error);
             if diagnostic.message.contains("unknown field") {
                 diagnostic =
                     diagnostic.with_hint("see the rule reference in docs/reference/rule.md or schema/rule.schema.json");
