@@ -327,14 +327,24 @@ impl RuleChecker<'_> {
                         None
                     }
                 });
-        if spec.max_concurrent_reconciles == Some(0) {
-            self.report(name_at.clone(), "spec.maxConcurrentReconciles must be at least 1", None);
+        if let Some(zero) = spec.max_concurrent_reconciles.as_ref().filter(|c| c.value == 0) {
+            self.report(self.at(zero), "spec.maxConcurrentReconciles must be at least 1", None);
         }
-        let concurrency = spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY);
-        if let Some(reload) = spec.reload_concurrency.filter(|reload| *reload < concurrency) {
+        let concurrency = spec
+            .max_concurrent_reconciles
+            .as_ref()
+            .map_or(DEFAULT_CONCURRENCY, |c| c.value);
+        if let Some(reload) = spec
+            .reload_concurrency
+            .as_ref()
+            .filter(|reload| reload.value < concurrency)
+        {
             self.report(
-                name_at.clone(),
-                format!("spec.reloadConcurrency ({reload}) is less than maxConcurrentReconciles ({concurrency})"),
+                self.at(reload),
+                format!(
+                    "spec.reloadConcurrency ({}) is less than maxConcurrentReconciles ({concurrency})",
+                    reload.value
+                ),
                 Some("a reload runs at least as many reconciles at once as any other time: raise it or leave it out"),
             );
         }

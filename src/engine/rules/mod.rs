@@ -314,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reload_concurrency_below_the_rules_concurrency_is_refused_at_the_rule() {
+    fn a_reload_concurrency_below_the_rules_concurrency_is_refused_at_the_field() {
         let rule = |spec: &str| {
             let text = format!(
                 "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {{name: r}}\nspec:\n  watch: {{apiVersion: example.com/v1, kind: R}}\n{spec}"
@@ -327,12 +327,15 @@ mod tests {
         };
         let refused = refused.to_string();
         assert!(
-            refused.contains("rules/r.yaml:3:")
+            refused.contains("rules/r.yaml:7:22:")
                 && refused.contains("reloadConcurrency (8) is less than maxConcurrentReconciles (10)"),
             "{refused}"
         );
         assert!(rule("  reloadConcurrency: 4\n").is_err(), "below the default of 5");
         let loaded = rule("  reloadConcurrency: 40\n").expect("loads");
-        assert_eq!(loaded.rules[0].spec.reload_concurrency, Some(40));
+        assert_eq!(
+            loaded.rules[0].spec.reload_concurrency.as_ref().map(|c| c.value),
+            Some(40)
+        );
     }
 }

@@ -62,14 +62,16 @@ pub struct RuleSpec {
     /// How many parents of this rule reconcile at once (default 5). One parent never
     /// reconciles twice at the same time.
     #[serde(default)]
-    pub max_concurrent_reconciles: Option<u16>,
+    #[schemars(with = "Option<u16>")]
+    pub max_concurrent_reconciles: Option<Located<u16>>,
     /// How many parents of this rule reconcile at once right after a rule reload, which
     /// re-reconciles every parent (default 4 times `maxConcurrentReconciles`, 20 at its default;
     /// at least `maxConcurrentReconciles`). Each such reconcile is mostly one apply waiting on
     /// the API server, so more in flight gets a template edit to every parent sooner, at the
     /// price of a burst of writes.
     #[serde(default)]
-    pub reload_concurrency: Option<u16>,
+    #[schemars(with = "Option<u16>")]
+    pub reload_concurrency: Option<Located<u16>>,
     /// Read-only objects the rule reads but does not own, in the context as `lookups.<id>`.
     #[serde(default)]
     pub lookups: Vec<LookupSpec>,

@@ -188,8 +188,11 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
     });
     let (stop, stop_rx) = oneshot::channel::<()>();
     let workers = Arc::new(Workers::new(
-        rule.spec.max_concurrent_reconciles.unwrap_or(DEFAULT_CONCURRENCY),
-        rule.spec.reload_concurrency,
+        rule.spec
+            .max_concurrent_reconciles
+            .as_ref()
+            .map_or(DEFAULT_CONCURRENCY, |c| c.value),
+        rule.spec.reload_concurrency.as_ref().map(|c| c.value),
     ));
     let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
     let events = Arc::new(events::EventLog::new(shared.client.clone()));
