@@ -93,6 +93,8 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["patch", "configmaps/ruleop-status", "-n=ruleop-system"],
         ["create", "configmaps/ruleop-status", "-n=ruleop-system"],
         ["list", "configmaps", "-n=ruleop-system"],
+        // The Database rule's pod lookup (a missing credentials Secret, named in Ready).
+        ["list", "pods", "--all-namespaces"],
         ["create", "configmaps", "-n=ruleop-system"],
         ["delete", "configmaps", "-n=ruleop-system"],
         ["get", "leases.coordination.k8s.io", "-n=ruleop-system"],
@@ -108,7 +110,8 @@ fn apply_k_deploy_installs_everything_with_least_privilege() {
         ["delete", "databases.myorg.io", "-n=shop"],
         ["patch", "configmaps", "-n=shop"],
         ["patch", "configmaps/ruleop-rules", "-n=ruleop-system"],
-        ["list", "pods", "--all-namespaces"],
+        ["create", "pods", "-n=shop"],
+        ["delete", "pods", "-n=shop"],
         ["update", "databases.myorg.io", "-n=shop"],
         ["update", "leases.coordination.k8s.io", "-n=shop"],
         ["delete", "leases.coordination.k8s.io", "-n=ruleop-system"],

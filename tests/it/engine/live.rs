@@ -167,7 +167,7 @@ fn a_template_error_on_one_parent_applies_nothing_for_it_and_others_keep_going()
         "{.status.conditions[?(@.type==\"Ready\")].message}",
     );
     assert!(
-        message.contains("database/statefulset.yaml.j2:55"),
+        message.contains("database/statefulset.yaml.j2:56"),
         "message names the template line: {message}"
     );
     assert!(
