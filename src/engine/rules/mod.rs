@@ -150,6 +150,19 @@ impl Rule {
         namespaces.all(|ns| ns == Some(first)).then(|| first.to_owned())
     }
 
+    /// Whether every lookup of a kind reads in the parent's own namespace (none names a
+    /// `namespace`) and the parents are namespaced: then, with every parent in one namespace
+    /// (`ruleop run --namespace`), its cache need watch that namespace only.
+    pub fn lookups_read_the_parents_namespace(&self, api_version: &str, kind: &str) -> bool {
+        self.spec.watch.scope == model::ParentScope::Namespaced
+            && self
+                .spec
+                .lookups
+                .iter()
+                .filter(|l| l.api_version == api_version && l.kind == kind)
+                .all(|l| l.namespace.is_none())
+    }
+
     /// Whether objects of this kind are cluster-scoped (as far as the rule set knows).
     pub fn is_cluster_scoped(&self, api_version: &str, kind: &str) -> bool {
         self.cluster_scoped.contains(&(api_version.to_owned(), kind.to_owned()))
@@ -299,6 +312,12 @@ mod tests {
             "    - {id: a, apiVersion: v1, kind: ConfigMap, name: a, namespace: \"{{ metadata.namespace }}\"}\n",
         );
         assert_eq!(templated.lookup_namespace("v1", "ConfigMap"), None);
+        assert!(
+            one.lookups_read_the_parents_namespace("v1", "Secret"),
+            "no namespace named"
+        );
+        assert!(!one.lookups_read_the_parents_namespace("v1", "ConfigMap"));
+        assert!(!templated.lookups_read_the_parents_namespace("v1", "ConfigMap"));
     }
 
     #[test]

@@ -143,13 +143,15 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         let taken = parents_of_taken_shards(&shared.writers, parent_store.clone(), parent_kind.resource.clone());
         controller = queue_on(controller, &triggers, Trigger::ShardTaken, taken);
     }
-    // Lookups read shared objects (a platform namespace), so their caches ignore --namespace.
-    // Each is scoped as far as the rule allows: to the one namespace its lookups name, and to
+    // Lookups may read shared objects (a platform namespace), so a lookup that names a
+    // namespace ignores --namespace. Each cache is scoped as far as the rule allows: to the one
+    // namespace its lookups name, to --namespace when they all read the parent's own, and to
     // the labels they match.
     let watch_lookups = |served: &ServedKind| {
         let (api_version, kind) = (&served.resource.api_version, &served.resource.kind);
         let api = match rule.lookup_namespace(api_version, kind) {
             Some(ns) if served.namespaced => Api::namespaced_with(shared.client.clone(), &ns, &served.resource),
+            None if rule.lookups_read_the_parents_namespace(api_version, kind) => shared.api(served),
             _ => Api::all_with(shared.client.clone(), &served.resource),
         };
         let mut config = watcher::Config::default();

@@ -37,7 +37,7 @@ fn a_database_tree_in_headless_chromium_shows_rules_parents_children_and_the_tem
     assert!(home.contains(r#"data-rule="database""#), "{home}");
     let failing = format!(r#"data-failing="{}/broken""#, ns.0);
     assert!(home.contains(&failing), "{home}");
-    assert!(home.contains("database/statefulset.yaml.j2:55"), "{home}");
+    assert!(home.contains("database/statefulset.yaml.j2:56"), "{home}");
 
     // Parents of the rule in the namespace, then only the not Ready ones.
     let parents = dom(&format!("{}/rules/database?namespace={}", console.url, ns.0));
@@ -70,7 +70,7 @@ fn a_database_tree_in_headless_chromium_shows_rules_parents_children_and_the_tem
         console.url, ns.0
     ));
     assert!(broken.contains(r#"id="plan-error""#), "{broken}");
-    assert!(broken.contains("database/statefulset.yaml.j2:55"), "{broken}");
+    assert!(broken.contains("database/statefulset.yaml.j2:56"), "{broken}");
 
     // The JSON under the page is the `ruleop trace -o json` model.
     let (code, body) = request(
