@@ -361,10 +361,11 @@ fn a_tenants_bulky_objects_in_another_namespace_do_not_grow_the_operators_memory
     kind.install();
     let ns = Namespace::new("hostile-memory");
     let tenant = Namespace::new("hostile-memory-tenant");
-    // ConfigMaps are looked up in every namespace (the parent's), Secrets only with a label.
+    // ConfigMaps are looked up in a namespace named by a template (the parent's), so their cache
+    // watches every namespace, --namespace or not; Secrets only with a label.
     let (rules, templates) = kind.rule_files(
         "reader",
-        "  lookups:\n    - {id: settings, apiVersion: v1, kind: ConfigMap, name: \"{{ metadata.name }}-settings\"}\n    - {id: credentials, apiVersion: v1, kind: Secret, name: \"{{ metadata.name }}-credentials\", matchLabels: {ruleop.io/lookup: \"true\"}}\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: reader/cm.yaml.j2\n",
+        "  lookups:\n    - {id: settings, apiVersion: v1, kind: ConfigMap, name: \"{{ metadata.name }}-settings\", namespace: \"{{ metadata.namespace }}\"}\n    - {id: credentials, apiVersion: v1, kind: Secret, name: \"{{ metadata.name }}-credentials\", matchLabels: {ruleop.io/lookup: \"true\"}}\n  children:\n    - id: cm\n      apiVersion: v1\n      kind: ConfigMap\n      template: reader/cm.yaml.j2\n",
         &[(
             "reader/cm.yaml.j2",
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-seen\ndata:\n  credentials: \"{{ lookups.credentials is not none }}\"\n",
