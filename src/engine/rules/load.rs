@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::model::{
-    ActionSpec, ActionTrigger, ChildSpec, DEFAULT_CONCURRENCY, FieldSource, HeaderValue, Located, LookupSpec,
-    ParentScope, RULE_API_VERSION, RULE_KIND, RuleDocument, RuleSpec, Scaling, SecretKeyRef, Watch,
+    ActionSpec, ActionTrigger, ChildSpec, FieldSource, HeaderValue, Located, LookupSpec, ParentScope, RULE_API_VERSION,
+    RULE_KIND, RuleDocument, RuleSpec, Scaling, SecretKeyRef, Watch,
 };
 use super::{Rule, RuleSet, inline_template_name};
 use crate::engine::diagnostic::{Diagnostic, Diagnostics, SourceLocation, column_of};
@@ -330,10 +330,7 @@ impl RuleChecker<'_> {
         if let Some(zero) = spec.max_concurrent_reconciles.as_ref().filter(|c| c.value == 0) {
             self.report(self.at(zero), "spec.maxConcurrentReconciles must be at least 1", None);
         }
-        let concurrency = spec
-            .max_concurrent_reconciles
-            .as_ref()
-            .map_or(DEFAULT_CONCURRENCY, |c| c.value);
+        let concurrency = spec.concurrency();
         if let Some(reload) = spec
             .reload_concurrency
             .as_ref()

@@ -115,6 +115,15 @@ pub struct RuleSpec {
     pub rollout: Option<Located<RolloutSpec>>,
 }
 
+impl RuleSpec {
+    /// Parents reconciled at once: `maxConcurrentReconciles`, or the default.
+    pub fn concurrency(&self) -> u16 {
+        self.max_concurrent_reconciles
+            .as_ref()
+            .map_or(DEFAULT_CONCURRENCY, |c| c.value)
+    }
+}
+
 /// `spec.rollout`: a changed rule reaches its parents step by step (see docs/concepts/rollouts.md).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -38,10 +38,6 @@ use crate::runtime::workers::Workers;
 
 pub(crate) use circuit::{Failures, Threshold};
 
-/// Reconciles per rule when the rule does not say (`maxConcurrentReconciles`; a reload may burst
-/// above it, see [`Workers`]).
-pub(crate) use crate::engine::rules::model::DEFAULT_CONCURRENCY;
-
 /// State shared by every controller of the process.
 pub(crate) struct Shared {
     /// The API client.

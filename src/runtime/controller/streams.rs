@@ -34,7 +34,7 @@ use crate::runtime::workers::Workers;
 use super::policy::error_policy;
 use super::reconcile::reconcile;
 use super::resync;
-use super::{DEFAULT_CONCURRENCY, RuleContext, RunningController, Shared, parent_key};
+use super::{RuleContext, RunningController, Shared, parent_key};
 
 impl Shared {
     fn api<K: Resource<DynamicType = ApiResource, Scope = DynamicResourceScope>>(&self, served: &ServedKind) -> Api<K> {
@@ -190,10 +190,7 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
     });
     let (stop, stop_rx) = oneshot::channel::<()>();
     let workers = Arc::new(Workers::new(
-        rule.spec
-            .max_concurrent_reconciles
-            .as_ref()
-            .map_or(DEFAULT_CONCURRENCY, |c| c.value),
+        rule.spec.concurrency(),
         rule.spec.reload_concurrency.as_ref().map(|c| c.value),
     ));
     let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
