@@ -8,6 +8,10 @@ use tokio::process::Command;
 
 use crate::settings::Settings;
 
+/// The Service ClusterIP range of the benchmark's plane: a /12 (1,048,574 addresses, the most
+/// kube-apiserver takes) for N = 100,000. The plane has no node, so no address is ever routed.
+const SERVICE_CIDR_ARG: &str = "--service-cidr=10.0.0.0/12";
+
 /// A control plane this run started; stopped (and its data removed) on drop.
 pub struct ControlPlane {
     ctl: PathBuf,
@@ -21,9 +25,9 @@ impl ControlPlane {
     pub fn start(settings: &Settings) -> Result<Self> {
         let ctl = settings.ctl.clone();
         let state = settings.state.clone();
-        let run = |arg: &str| {
+        let run = |args: &[&str]| {
             std::process::Command::new(&ctl)
-                .arg(arg)
+                .args(args)
                 .env("RULEOP_APISERVER_STATE", &state)
                 .stdin(Stdio::null())
                 .output()
@@ -32,8 +36,9 @@ impl ControlPlane {
             let status = std::process::Command::new(&ctl).arg("build").status()?;
             ensure!(status.success(), "ctl.sh build failed");
         }
-        let _ = run("stop");
-        let out = run("start")?;
+        let _ = run(&["stop"]);
+        // One Service (one ClusterIP) per parent: the default /16 holds 65,534.
+        let out = run(&["start", SERVICE_CIDR_ARG])?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         ensure!(
             out.status.success(),

@@ -21,7 +21,9 @@ import (
 )
 
 const (
-	serviceClusterIPRange = "10.0.0.0/16"
+	// defaultServiceCIDR is the Service ClusterIP range; tests/node/node.sh
+	// routes and blackholes exactly this range, so a plane with a node keeps it.
+	defaultServiceCIDR    = "10.0.0.0/16"
 	serviceAccountIssuer  = "https://kubernetes.default.svc.cluster.local"
 	apiserverReadyTimeout = 90 * time.Second
 	// listenRetry is how long a restart waits for its old port to be free
@@ -58,9 +60,9 @@ type apiServer struct {
 // app/testing.StartTestServer) and waits until /readyz is ok. It stops when
 // ctx is cancelled. port 0 picks a free port; another port is bound again
 // (a restart with the same data dir). node admits Pods as a cluster with
-// nodes does (see apiserverArgs). Every write request is audited to
-// auditLog (see auditPolicy).
-func startAPIServer(ctx context.Context, creds *credentials, etcdURL string, port int, node bool, auditLog string) (*apiServer, error) {
+// nodes does (see apiserverArgs); flags.serviceCIDR is the Service ClusterIP
+// range. Every write request is audited to auditLog (see auditPolicy).
+func startAPIServer(ctx context.Context, creds *credentials, etcdURL string, port int, flags cliFlags, auditLog string) (*apiServer, error) {
 	policyFile := filepath.Join(creds.dir, "audit-policy.yaml")
 	if err := os.WriteFile(policyFile, []byte(auditPolicy), 0o600); err != nil {
 		return nil, err
@@ -71,7 +73,7 @@ func startAPIServer(ctx context.Context, creds *credentials, etcdURL string, por
 	}
 	port = listener.Addr().(*net.TCPAddr).Port
 
-	args := apiserverArgs(creds, etcdURL, port, node)
+	args := apiserverArgs(creds, etcdURL, port, flags)
 	args = append(args, "--audit-policy-file="+policyFile, "--audit-log-path="+auditLog,
 		"--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=200", "--audit-log-maxbackup=1")
 	opts, err := apiserverOptions(args)
@@ -120,9 +122,9 @@ func listenLoopback(port int) (net.Listener, error) {
 // creates the default ServiceAccounts it requires of every Pod. With a node
 // (--node) it is on, so Pods get their projected service-account token and
 // in-cluster config works.
-func apiserverArgs(creds *credentials, etcdURL string, port int, node bool) []string {
+func apiserverArgs(creds *credentials, etcdURL string, port int, flags cliFlags) []string {
 	disabledAdmission := "ServiceAccount"
-	if node {
+	if flags.node {
 		disabledAdmission = ""
 	}
 	return []string{
@@ -139,7 +141,7 @@ func apiserverArgs(creds *credentials, etcdURL string, port int, node bool) []st
 		"--service-account-key-file=" + creds.serviceAccount,
 		"--service-account-signing-key-file=" + creds.serviceAccount,
 		"--disable-admission-plugins=" + disabledAdmission,
-		"--service-cluster-ip-range=" + serviceClusterIPRange,
+		"--service-cluster-ip-range=" + flags.serviceCIDR,
 		"--endpoint-reconciler-type=none",
 		"--shutdown-watch-termination-grace-period=" + watchTerminationGrace,
 		// The node's name resolves nowhere: reach its kubelet (logs, exec)

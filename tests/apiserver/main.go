@@ -46,6 +46,7 @@ type cliFlags struct {
 	gcSyncPeriod  time.Duration
 	stdinWatch    bool
 	node          bool
+	serviceCIDR   string
 }
 
 func main() {
@@ -68,6 +69,7 @@ func parseFlags() cliFlags {
 	flag.DurationVar(&f.gcSyncPeriod, "gc-sync-period", 2*time.Second, "how often the garbage collector re-reads discovery (picks up new CRDs)")
 	flag.BoolVar(&f.stdinWatch, "exit-with-stdin", false, "shut down when stdin reaches EOF (the parent that piped it has exited)")
 	flag.BoolVar(&f.node, "node", false, "serve a node (tests/node): admit Pods with their service-account tokens")
+	flag.StringVar(&f.serviceCIDR, "service-cidr", defaultServiceCIDR, "the Service ClusterIP range (at most a /12); with --node only the default, the range tests/node routes and blackholes")
 	flag.Parse()
 	return f
 }
@@ -94,6 +96,9 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func run(flags cliFlags) error {
+	if flags.node && flags.serviceCIDR != defaultServiceCIDR {
+		return fmt.Errorf("--service-cidr %s with --node: the node routes and blackholes only %s", flags.serviceCIDR, defaultServiceCIDR)
+	}
 	dir, cleanupDir, err := prepareDataDir(flags.dataDir)
 	if err != nil {
 		return err
@@ -182,7 +187,7 @@ func startControlPlane(parent context.Context, dir string, flags cliFlags) (plan
 	}
 	// Beside the kubeconfig, where a test that knows only the kubeconfig finds it.
 	auditLog := filepath.Join(filepath.Dir(out), "audit-writes.log")
-	if plane.apiserver, err = startAPIServer(ctx, creds, plane.etcd.clientURL, saved.APIServerPort, flags.node, auditLog); err != nil {
+	if plane.apiserver, err = startAPIServer(ctx, creds, plane.etcd.clientURL, saved.APIServerPort, flags, auditLog); err != nil {
 		return plane, fmt.Errorf("kube-apiserver: %w", err)
 	}
 	current := endpoints{APIServerPort: plane.apiserver.port, EtcdClientURL: plane.etcd.clientURL, EtcdPeerURL: plane.etcd.peerURL}
