@@ -1,6 +1,7 @@
 //! `ruleop run`: the run loop, rule reloads, one controller per rule, and the work queue.
 
 pub(crate) mod clock;
+pub(crate) mod config_map_feed;
 pub(crate) mod controller;
 pub(crate) mod housekeeping;
 pub(crate) mod pins;

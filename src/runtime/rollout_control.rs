@@ -5,16 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Preconditions};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::engine::rollout::control::REQUEST_LABEL;
+use crate::runtime::config_map_feed::ConfigMapFeed;
 
 /// One request as the watch saw it.
 #[derive(Debug, Clone)]
@@ -33,49 +31,26 @@ pub(crate) struct Seen {
 /// The watch of the requests; it ends when dropped.
 pub(crate) struct Requests {
     api: Api<ConfigMap>,
-    seen: mpsc::UnboundedReceiver<Seen>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Requests {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    feed: ConfigMapFeed<Seen>,
 }
 
 impl Requests {
     /// Watches the requests in `namespace`: those made before this process are seen first.
     pub(crate) fn watch(client: Client, namespace: &str) -> Self {
         let api: Api<ConfigMap> = Api::namespaced(client, namespace);
-        let (send, seen) = mpsc::unbounded_channel();
-        let stream = watcher(api.clone(), watcher::Config::default().labels(REQUEST_LABEL))
-            .default_backoff()
-            .applied_objects();
-        let task = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(next) = stream.next().await {
-                match next {
-                    Ok(config_map) => {
-                        let seen = Seen {
-                            rule: config_map.labels().get(REQUEST_LABEL).cloned().unwrap_or_default(),
-                            name: config_map.name_any(),
-                            version: config_map.resource_version().unwrap_or_default(),
-                            data: config_map.data.unwrap_or_default(),
-                        };
-                        if send.send(seen).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => warn!(error = %e, "watching the rollout requests failed; retrying"),
-                }
-            }
+        let config = watcher::Config::default().labels(REQUEST_LABEL);
+        let feed = ConfigMapFeed::start(api.clone(), config, "the rollout requests", |config_map| Seen {
+            rule: config_map.labels().get(REQUEST_LABEL).cloned().unwrap_or_default(),
+            name: config_map.name_any(),
+            version: config_map.resource_version().unwrap_or_default(),
+            data: config_map.data.unwrap_or_default(),
         });
-        Requests { api, seen, task }
+        Requests { api, feed }
     }
 
     /// The next request.
     pub(crate) async fn next(&mut self) -> Option<Seen> {
-        self.seen.recv().await
+        self.feed.next().await
     }
 
     /// Lets a followed (or refused) request go. One already gone, or replaced by a newer one,

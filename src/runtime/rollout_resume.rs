@@ -10,13 +10,10 @@ use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use kube::runtime::watcher;
 use tracing::{info, warn};
 
 use crate::cache::discovery::Kinds;
@@ -25,6 +22,7 @@ use crate::engine::rollout::record::Record;
 use crate::engine::rollout::select::Phase;
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::{SourceFile, load_sources};
+use crate::runtime::config_map_feed::ConfigMapFeed;
 use crate::runtime::revisions::RevisionStore;
 use crate::runtime::rollout::{ParentNow, Recorded, Rollouts, Staging, record_of, recorded};
 use crate::runtime::rollout_report::RolloutReport;
@@ -121,44 +119,23 @@ async fn resume_rule(
 
 /// The recorded rollouts' states (`rollout.<rule>` of `ruleop-status`), each time the ConfigMap
 /// changes; the watch ends when dropped.
-pub(crate) struct Records {
-    seen: mpsc::UnboundedReceiver<BTreeMap<String, String>>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Records {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+pub(crate) struct Records(ConfigMapFeed<BTreeMap<String, String>>);
 
 impl Records {
     /// Watches `ruleop-status` in `namespace`.
     pub(crate) fn watch(client: Client, namespace: &str) -> Self {
-        let api: Api<ConfigMap> = Api::namespaced(client, namespace);
         let config = watcher::Config::default().fields(&format!("metadata.name={STATUS_CONFIGMAP}"));
-        let stream = watcher(api, config).default_backoff().applied_objects();
-        let (send, seen) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(next) = stream.next().await {
-                match next {
-                    Ok(status) => {
-                        let states = rollout_states(status.data.unwrap_or_default());
-                        if send.send(states).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => warn!(error = %e, "watching the recorded rollouts failed; retrying"),
-                }
-            }
-        });
-        Records { seen, task }
+        Records(ConfigMapFeed::start(
+            Api::namespaced(client, namespace),
+            config,
+            "the recorded rollouts",
+            |status| rollout_states(status.data.unwrap_or_default()),
+        ))
     }
 
     /// The recorded states after the next change.
     pub(crate) async fn next(&mut self) -> Option<BTreeMap<String, String>> {
-        self.seen.recv().await
+        self.0.next().await
     }
 }
 
