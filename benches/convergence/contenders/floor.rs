@@ -41,7 +41,7 @@ pub static FLOOR: Floor = Floor { finalizer: false };
 pub static FLOOR_EQUAL: Floor = Floor { finalizer: true };
 
 /// The finalizer ruleop adds to a parent whose rule has an on-delete action (the final backup).
-const FINALIZER: &str = "ruleop.io/cleanup";
+const FINALIZER: &str = ruleop::engine::plan::CLEANUP_FINALIZER;
 
 impl Contender for Floor {
     fn name(&self) -> &'static str {

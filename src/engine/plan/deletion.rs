@@ -25,8 +25,8 @@ use crate::engine::rules::model::{ActionSpec, ActionTrigger};
 use crate::engine::template::Renderer;
 
 /// The finalizer holding a parent's deletion until its label-owned children are deleted and its
-/// `on: delete` actions have run.
-pub(crate) const FINALIZER: &str = "ruleop.io/cleanup";
+/// `on: delete` actions have run (re-exported as [`super::CLEANUP_FINALIZER`]).
+pub const FINALIZER: &str = "ruleop.io/cleanup";
 
 /// How long `waitFor` may hold a deletion when the rule gives no `timeout`.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);

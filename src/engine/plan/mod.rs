@@ -41,6 +41,10 @@ use observed::Observed;
 use order::{Selected, Waiting};
 use status::{ConditionStatus, WantedCondition};
 
+/// The finalizer ruleop adds to a parent whose children are label-owned or whose rule has an
+/// `on: delete` action (the benchmark's equal floor adds the same one).
+pub use deletion::FINALIZER as CLEANUP_FINALIZER;
+
 /// The condition type the engine manages unless a rule defines it.
 pub const READY: &str = "Ready";
 
