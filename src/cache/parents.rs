@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -30,6 +31,9 @@ pub(crate) struct ParentIndex {
     bodies: RwLock<Bodies>,
     /// Outlives relists: every body held was packed by it.
     packer: Packer,
+    /// Deletes and completed relists, counted once kube-runtime's store has them
+    /// ([`ParentIndex::count_departure`]): a rollout's moved set is worked out again after each.
+    departures: AtomicU64,
 }
 
 fn key(object: &DynamicObject) -> String {
@@ -82,6 +86,19 @@ impl ParentIndex {
                 bodies.by_key = bodies.relist.take().unwrap_or_default();
             }
         }
+    }
+
+    /// Counts a watch event after which a parent may be gone (a delete, a completed relist).
+    /// Called once kube-runtime's store has applied it.
+    pub(crate) fn count_departure(&self, event: &Event<DynamicObject>) {
+        if matches!(event, Event::Delete(_) | Event::InitDone) {
+            self.departures.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// How many departures were counted.
+    pub(crate) fn departures(&self) -> u64 {
+        self.departures.load(Ordering::Acquire)
     }
 
     /// The parent `namespace/name` as JSON, with its apiVersion and kind (objects from a LIST
@@ -160,5 +177,21 @@ mod tests {
         assert_eq!(index.len(), 2);
         index.take(&mut Event::Delete(database("a", 1)));
         assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn deletes_and_completed_relists_count_as_departures_and_nothing_else_does() {
+        let index = ParentIndex::default();
+        for event in [
+            Event::Apply(database("a", 1)),
+            Event::Init,
+            Event::InitApply(database("b", 1)),
+        ] {
+            index.count_departure(&event);
+        }
+        assert_eq!(index.departures(), 0);
+        index.count_departure(&Event::InitDone);
+        index.count_departure(&Event::Delete(database("b", 1)));
+        assert_eq!(index.departures(), 2);
     }
 }

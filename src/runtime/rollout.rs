@@ -3,7 +3,7 @@
 //! a moved parent that stops being ready counts against `maxFailures`. The decisions are the
 //! engine's (`engine::rollout`); this holds the state between reconciles and the step clock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use serde_json::Value;
@@ -77,6 +77,28 @@ pub(crate) struct Staging {
     /// The new rule's policy.
     pub(crate) rollout: Rollout,
     progress: Mutex<Progress>,
+    /// The parents the published state moves, kept until the state or the parents change: every
+    /// reconcile asks, and working it out ranks every parent (a SHA-256 each).
+    moved: Mutex<Option<Moved>>,
+}
+
+/// Which of a rule's parents are cached, as far as the moved set depends on it: how many, and
+/// how many times one may have left the cache (a delete, a relist). Both are read before the
+/// parents themselves, and a departure is counted after the cache has it, so a moved set worked
+/// out from the parents read later is never older than the membership it is kept under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Membership {
+    /// Deletes and relists seen (`ParentIndex::departures`).
+    pub(crate) departures: u64,
+    /// Parents cached.
+    pub(crate) count: usize,
+}
+
+/// The UIDs a state moves, among the parents of one membership.
+struct Moved {
+    state: RolloutState,
+    membership: Membership,
+    uids: HashSet<String>,
 }
 
 struct Progress {
@@ -161,6 +183,7 @@ impl Staging {
                 failed: BTreeMap::new(),
                 note: None,
             }),
+            moved: Mutex::new(None),
         }
     }
 
@@ -290,12 +313,32 @@ impl Staging {
         progress.published = progress.state.clone();
     }
 
-    /// Whether the parent with `uid` is on the new revision, among the rule's parents `uids`.
-    pub(crate) fn moves(&self, uid: &str, uids: &[&str]) -> bool {
+    /// Whether the parent with `uid` is on the new revision. The rule's parents (`uids`, the
+    /// UIDs cached) are read only when the state followed or their `membership` changed.
+    pub(crate) fn moves(&self, uid: &str, membership: Membership, uids: impl FnOnce() -> Vec<String>) -> bool {
         let state = self.progress().published.clone();
+        let mut moved = self.moved.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(known) = moved.as_ref()
+            && known.state == state
+            && known.membership == membership
+        {
+            return known.uids.contains(uid);
+        }
+        let all = uids();
         let kept = BTreeSet::from([state.from, state.to]);
-        let revisions = Revisions::new(&kept, state.to).staged(&self.rollout, &state, uids.iter().copied());
-        revisions.by_rollout(Some(uid)).revision == state.to
+        let revisions = Revisions::new(&kept, state.to).staged(&self.rollout, &state, all.iter().map(String::as_str));
+        let uids: HashSet<String> = all
+            .iter()
+            .filter(|u| revisions.by_rollout(Some(u)).revision == state.to)
+            .cloned()
+            .collect();
+        let moves = uids.contains(uid);
+        *moved = Some(Moved {
+            state,
+            membership,
+            uids,
+        });
+        moves
     }
 
     /// Watches a moved parent (`who` is `namespace/name`) as it is now. Returns true when this
@@ -554,6 +597,49 @@ mod tests {
         staging
     }
 
+    /// [`Staging::moves`] among `uids` (each test has one list of parents, never departed).
+    fn moves(staging: &Staging, uid: &str, uids: &[&str]) -> bool {
+        let membership = Membership {
+            departures: 0,
+            count: uids.len(),
+        };
+        staging.moves(uid, membership, || uids.iter().map(|u| (*u).to_owned()).collect())
+    }
+
+    #[test]
+    fn the_parents_are_read_once_per_state_and_membership() {
+        let staging = staging(0, OnFailure::Halt);
+        let uids = twenty_uids();
+        let reads = std::cell::Cell::new(0);
+        let read = || {
+            reads.set(reads.get() + 1);
+            uids.clone()
+        };
+        let at = |departures, count| Membership { departures, count };
+        let moved: Vec<&String> = uids.iter().filter(|u| staging.moves(u, at(0, 20), read)).collect();
+        assert_eq!((moved.len(), reads.get()), (2, 1), "20 parents asked, read once");
+
+        // One leaves (a departure, one fewer): read again, and it moves no more.
+        let gone = moved[0].clone();
+        let fewer: Vec<String> = uids.iter().filter(|u| **u != gone).cloned().collect();
+        let read_fewer = || {
+            reads.set(reads.get() + 1);
+            fewer.clone()
+        };
+        assert!(!staging.moves(&gone, at(1, 19), read_fewer));
+        assert!(staging.moves(moved[1], at(1, 19), read_fewer));
+        assert_eq!(reads.get(), 2);
+
+        // The next step, once published: read again.
+        let paused = Instant::now() + Duration::from_secs(61);
+        assert_eq!(staging.advance(paused), Advanced::Step(1));
+        assert!(staging.moves(moved[1], at(1, 19), read_fewer));
+        assert_eq!(reads.get(), 2, "the step is followed once published");
+        staging.publish();
+        assert!(fewer.iter().all(|u| staging.moves(u, at(1, 19), read_fewer)));
+        assert_eq!(reads.get(), 3);
+    }
+
     fn twenty_uids() -> Vec<String> {
         (0..20).map(|i| format!("u{i}")).collect()
     }
@@ -568,11 +654,11 @@ mod tests {
         let staging = Staging::new(Arc::new(set), rollout, 1, 2);
         let uids = twenty_uids();
         let uids: Vec<&str> = uids.iter().map(String::as_str).collect();
-        assert!(uids.iter().all(|u| !staging.moves(u, &uids)));
+        assert!(uids.iter().all(|u| !moves(&staging, u, &uids)));
         assert!(staging.unpublished());
         staging.publish();
         assert!(!staging.unpublished());
-        assert_eq!(uids.iter().filter(|u| staging.moves(u, &uids)).count(), 2);
+        assert_eq!(uids.iter().filter(|u| moves(&staging, u, &uids)).count(), 2);
     }
 
     #[test]
@@ -580,7 +666,7 @@ mod tests {
         let staging = staging(0, OnFailure::Halt);
         let uids = twenty_uids();
         let all: Vec<&str> = uids.iter().map(String::as_str).collect();
-        let moved: Vec<&str> = all.iter().copied().filter(|u| staging.moves(u, &all)).collect();
+        let moved: Vec<&str> = all.iter().copied().filter(|u| moves(&staging, u, &all)).collect();
         let parents: Vec<ParentNow> = uids
             .iter()
             .map(|uid| ParentNow {
@@ -705,11 +791,11 @@ mod tests {
         assert!(staging.observe("x", "x", &parent("False"), true));
         assert_eq!(staging.state().phase, Phase::RolledBack);
         assert!(
-            uids.iter().any(|u| staging.moves(u, &uids)),
+            uids.iter().any(|u| moves(&staging, u, &uids)),
             "not before it is published"
         );
         staging.publish();
-        assert!(uids.iter().all(|u| !staging.moves(u, &uids)));
+        assert!(uids.iter().all(|u| !moves(&staging, u, &uids)));
     }
 
     #[test]
@@ -717,7 +803,7 @@ mod tests {
         let staging = staging(0, OnFailure::Halt);
         let uids: Vec<String> = (0..20).map(|i| format!("u{i}")).collect();
         let uids: Vec<&str> = uids.iter().map(String::as_str).collect();
-        let moved = |s: &Staging| uids.iter().filter(|u| s.moves(u, &uids)).count();
+        let moved = |s: &Staging| uids.iter().filter(|u| moves(s, u, &uids)).count();
         assert_eq!(moved(&staging), 2);
         let started = Instant::now();
         assert_eq!(staging.advance(started), Advanced::No);

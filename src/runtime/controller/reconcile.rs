@@ -24,6 +24,7 @@ use crate::engine::rules::{Rule, RuleSet};
 use crate::ops::metrics::Outcome;
 use crate::runtime::clock::now_rfc3339;
 use crate::runtime::queue::Trigger;
+use crate::runtime::rollout::Membership;
 
 use super::policy::{after_success, requeue};
 use super::{ReconcileError, RuleContext, parent_key};
@@ -216,9 +217,16 @@ fn rollout_place(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> 
     }
     let staging = ctx.shared.rollouts.get(&ctx.rule_name)?;
     let uid = parent.uid().unwrap_or_default();
-    let parents = ctx.parents.state();
-    let uids: Vec<&str> = parents.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
-    if !staging.moves(&uid, &uids) {
+    // In this order (see `Membership`): departures, the count, then the parents.
+    let membership = Membership {
+        departures: ctx.bodies.departures(),
+        count: ctx.parents.len(),
+    };
+    let uids = || {
+        let parents = ctx.parents.state();
+        parents.iter().filter_map(|p| p.metadata.uid.clone()).collect()
+    };
+    if !staging.moves(&uid, membership, uids) {
         return Some(staging.previous.clone());
     }
     let name = parent.name_any();

@@ -257,6 +257,7 @@ fn parent_events(
     let mut housekeeping = Housekeeping::new(memory.clone(), shared.observability.clone(), rule.name.clone());
     let (requested, gone, queued) = (triggers.clone(), triggers.clone(), triggers.clone());
     let (index, previous, resource) = (bodies.clone(), writer.as_reader(), parent_kind.resource.clone());
+    let departures = bodies.clone();
     let events = shared
         .watch_parents(rule, parent_kind, config)
         // The store keeps metadata; the parents themselves are kept as text.
@@ -278,6 +279,7 @@ fn parent_events(
         .inspect(move |event| {
             if let Ok(event) = event {
                 housekeeping.observe(event);
+                departures.count_departure(event);
                 if let watcher::Event::Delete(parent) = event {
                     gone.forget(&parent_key(parent));
                 }
