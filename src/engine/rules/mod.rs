@@ -150,17 +150,20 @@ impl Rule {
         namespaces.all(|ns| ns == Some(first)).then(|| first.to_owned())
     }
 
-    /// Whether every lookup of a kind reads in the parent's own namespace (none names a
-    /// `namespace`) and the parents are namespaced: then, with every parent in one namespace
-    /// (`ruleop run --namespace`), its cache need watch that namespace only.
+    /// Whether the rule looks a kind up and every such lookup reads in the parent's own
+    /// namespace (none names a `namespace`), the parents being namespaced: then, with every
+    /// parent in one namespace (`ruleop run --namespace`), its cache need watch that namespace
+    /// only.
     pub fn lookups_read_the_parents_namespace(&self, api_version: &str, kind: &str) -> bool {
+        let mut of_kind = self
+            .spec
+            .lookups
+            .iter()
+            .filter(|l| l.api_version == api_version && l.kind == kind)
+            .peekable();
         self.spec.watch.scope == model::ParentScope::Namespaced
-            && self
-                .spec
-                .lookups
-                .iter()
-                .filter(|l| l.api_version == api_version && l.kind == kind)
-                .all(|l| l.namespace.is_none())
+            && of_kind.peek().is_some()
+            && of_kind.all(|l| l.namespace.is_none())
     }
 
     /// Whether objects of this kind are cluster-scoped (as far as the rule set knows).
@@ -318,6 +321,10 @@ mod tests {
         );
         assert!(!one.lookups_read_the_parents_namespace("v1", "ConfigMap"));
         assert!(!templated.lookups_read_the_parents_namespace("v1", "ConfigMap"));
+        assert!(
+            !one.lookups_read_the_parents_namespace("v1", "Pod"),
+            "a kind it does not look up"
+        );
     }
 
     #[test]
