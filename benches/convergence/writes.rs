@@ -10,10 +10,11 @@ use kube::api::ListParams;
 /// Write verbs counted (server-side apply is reported as APPLY).
 const WRITE_VERBS: [&str; 5] = ["POST", "PUT", "PATCH", "APPLY", "DELETE"];
 /// Resources whose writes are counted: the parents (every contender's kind is `databases`), the
-/// children, Events, and kro's own kinds.
-const RESOURCES: [&str; 7] = [
+/// children (the shipped rule's backups volume among them), Events, and kro's own kinds.
+const RESOURCES: [&str; 8] = [
     "services",
     "statefulsets",
+    "persistentvolumeclaims",
     "jobs",
     "databases",
     "events",

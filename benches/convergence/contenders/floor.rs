@@ -1,21 +1,19 @@
 //! The floor: the bare writes any Database operator must send, from inside the harness.
 //!
 //! For each created parent (handed over by the creator: no watch, no planning) it server-side
-//! applies the Service and StatefulSet that `ruleop render -o json` produces (rendered once for a
-//! placeholder parent, name and uid substituted), creates the backup Job and writes status once:
-//! 4 writes per parent, as many parents at once as ruleop reconciles. The equal floor
-//! (`floor-equal`) first adds the finalizer the shipped rule's final backup needs (a merge patch
-//! of the parent, as ruleop sends): 5 writes, the same behaviour as the shipped rule, so its
-//! ratio compares equal work.
+//! applies every child that `ruleop render -o json` produces (rendered once for a placeholder
+//! parent, name and uid substituted: the Service, the StatefulSet and the backups volume of the
+//! shipped rule), creates the backup Job and writes status once: 5 writes per parent, as many
+//! parents at once as ruleop reconciles. The equal floor (`floor-equal`) first adds the finalizer
+//! the shipped rule's final backup needs (a merge patch of the parent, as ruleop sends): 6 writes,
+//! the same behaviour as the shipped rule, so its ratio compares equal work.
 
 use anyhow::{Context, Result, ensure};
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Service;
 use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -34,10 +32,10 @@ pub struct Floor {
     finalizer: bool,
 }
 
-/// The bare floor: 4 writes per parent.
+/// The bare floor: 5 writes per parent.
 pub static FLOOR: Floor = Floor { finalizer: false };
 
-/// The equal floor: the bare one plus the finalizer, 5 writes per parent.
+/// The equal floor: the bare one plus the finalizer, 6 writes per parent.
 pub static FLOOR_EQUAL: Floor = Floor { finalizer: true };
 
 /// The finalizer ruleop adds to a parent whose rule has an on-delete action (the final backup).
@@ -52,15 +50,16 @@ impl Contender for Floor {
         let (first, writes) = if self.finalizer {
             (
                 format!("adds the `{FINALIZER}` finalizer (a merge patch, as ruleop's final backup needs), "),
-                5,
+                6,
             )
         } else {
-            (String::new(), 4)
+            (String::new(), 5)
         };
         format!(
-            "in the harness, a kube client that for each created parent {first}applies the Service and \
-             StatefulSet `ruleop render` produces, creates the backup Job and writes status once ({writes} \
-             writes), `BENCH_FLOOR_CONCURRENCY` parents at a time; no process, so no RSS or CPU figure"
+            "in the harness, a kube client that for each created parent {first}applies the Service, \
+             StatefulSet and backups PersistentVolumeClaim `ruleop render` produces, creates the backup Job \
+             and writes status once ({writes} writes), `BENCH_FLOOR_CONCURRENCY` parents at a time; no \
+             process, so no RSS or CPU figure"
         )
     }
 
@@ -75,8 +74,8 @@ impl Contender for Floor {
         parents: mpsc::UnboundedReceiver<Created>,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let templates = FloorTemplates::render(ctx, ns).await?;
             let client = Client::try_from(ctx.config.clone())?;
+            let templates = FloorTemplates::render(ctx, &client, ns).await?;
             run_floor(
                 client,
                 ns,
@@ -92,14 +91,20 @@ impl Contender for Floor {
 
 /// The objects `ruleop render` produces for a placeholder parent, as JSON text.
 struct FloorTemplates {
-    service: String,
-    statefulset: String,
+    children: Vec<RenderedChild>,
     job: String,
     status: String,
 }
 
+/// One child of the rendered plan: its kind's resource, its name and itself, as JSON text.
+struct RenderedChild {
+    resource: ApiResource,
+    name: String,
+    object: String,
+}
+
 impl FloorTemplates {
-    async fn render(ctx: &Ctx<'_>, ns: &str) -> Result<Self> {
+    async fn render(ctx: &Ctx<'_>, client: &Client, ns: &str) -> Result<Self> {
         let settings = ctx.settings;
         let parent = settings.state.join(format!("floor-parent-{ns}.yaml"));
         let mut db = DATABASE.object(PLACEHOLDER_NAME);
@@ -128,15 +133,32 @@ impl FloorTemplates {
             String::from_utf8_lossy(&out.stderr)
         );
         let v: Value = serde_json::from_slice(&out.stdout)?;
-        let child = |id: &str| -> Result<String> {
-            let children = v.pointer("/plan/children").and_then(Value::as_array);
-            let c = children
-                .into_iter()
-                .flatten()
-                .find(|c| c["id"] == id)
-                .with_context(|| format!("render output has no child {id}"))?;
-            Ok(c["object"].to_string())
-        };
+        let mut children = Vec::new();
+        for child in v
+            .pointer("/plan/children")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let object = &child["object"];
+            let (api_version, kind) = (object["apiVersion"].as_str(), object["kind"].as_str());
+            let (Some(api_version), Some(kind)) = (api_version, kind) else {
+                anyhow::bail!("render output has a child without apiVersion or kind: {child}");
+            };
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let (resource, _) = kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind))
+                .await
+                .with_context(|| format!("discovery of {api_version} {kind}"))?;
+            children.push(RenderedChild {
+                resource,
+                name: object["metadata"]["name"]
+                    .as_str()
+                    .context("a child without a name")?
+                    .to_owned(),
+                object: object.to_string(),
+            });
+        }
+        ensure!(!children.is_empty(), "render output has no children");
         let actions = v.pointer("/plan/actions").and_then(Value::as_array);
         let job = actions
             .into_iter()
@@ -155,22 +177,23 @@ impl FloorTemplates {
             );
         }
         Ok(FloorTemplates {
-            service: child("service")?,
-            statefulset: child("statefulset")?,
+            children,
             job: job.to_string(),
             status: status.to_string(),
         })
     }
 
     fn instantiate(text: &str, name: &str, uid: &str) -> Result<Value> {
-        Ok(serde_json::from_str(
-            &text.replace(PLACEHOLDER_NAME, name).replace(PLACEHOLDER_UID, uid),
-        )?)
+        Ok(serde_json::from_str(&Self::named(text, name, uid))?)
+    }
+
+    fn named(text: &str, name: &str, uid: &str) -> String {
+        text.replace(PLACEHOLDER_NAME, name).replace(PLACEHOLDER_UID, uid)
     }
 }
 
-/// For each created parent: the finalizer (with `finalizer`), server-side apply of its Service
-/// and StatefulSet, create the backup Job, one status write. `concurrency` parents at a time.
+/// For each created parent: the finalizer (with `finalizer`), server-side apply of each of its
+/// children, create the backup Job, one status write. `concurrency` parents at a time.
 async fn run_floor(
     client: Client,
     ns: &str,
@@ -179,8 +202,11 @@ async fn run_floor(
     concurrency: usize,
     finalizer: bool,
 ) -> Result<()> {
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let children: Vec<(Api<DynamicObject>, &RenderedChild)> = templates
+        .children
+        .iter()
+        .map(|child| (Api::namespaced_with(client.clone(), ns, &child.resource), child))
+        .collect();
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     let databases: Api<DynamicObject> = Api::namespaced_with(client, ns, &DATABASE.resource());
     let apply = PatchParams::apply("ruleop-floor").force();
@@ -188,8 +214,7 @@ async fn run_floor(
     parents
         .map(Ok)
         .try_for_each_concurrent(concurrency.max(1), |(name, uid, generation)| {
-            let (services, statefulsets, jobs, databases, apply) =
-                (&services, &statefulsets, &jobs, &databases, &apply);
+            let (children, jobs, databases, apply) = (&children, &jobs, &databases, &apply);
             async move {
                 if finalizer {
                     let add = json!({"metadata": {"finalizers": [FINALIZER]}});
@@ -197,12 +222,11 @@ async fn run_floor(
                         .patch(&name, &PatchParams::default(), &Patch::Merge(&add))
                         .await?;
                 }
-                let service = FloorTemplates::instantiate(&templates.service, &name, &uid)?;
-                services
-                    .patch(&format!("{name}-svc"), apply, &Patch::Apply(&service))
-                    .await?;
-                let statefulset = FloorTemplates::instantiate(&templates.statefulset, &name, &uid)?;
-                statefulsets.patch(&name, apply, &Patch::Apply(&statefulset)).await?;
+                for (api, child) in children {
+                    let object = FloorTemplates::instantiate(&child.object, &name, &uid)?;
+                    let child_name = FloorTemplates::named(&child.name, &name, &uid);
+                    api.patch(&child_name, apply, &Patch::Apply(&object)).await?;
+                }
                 let job: Job = serde_json::from_value(FloorTemplates::instantiate(&templates.job, &name, &uid)?)?;
                 jobs.create(&PostParams::default(), &job).await?;
                 let mut status = FloorTemplates::instantiate(&templates.status, &name, &uid)?;

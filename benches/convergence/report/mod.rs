@@ -97,9 +97,13 @@ fn rows() -> Vec<Row> {
         row("(2) API writes during convergence", 0, true, "", |x| {
             Some(total(&x.writes_converge) as f64)
         }),
-        row("(2) API writes per parent", 1, true, "ruleop <= 5", |x| {
-            Some(writes_per_parent(x))
-        }),
+        row(
+            "(2) API writes per parent",
+            1,
+            true,
+            "ruleop <= 6 (the bare floor + 1)",
+            |x| Some(writes_per_parent(x)),
+        ),
         row("(2) of which refused with 409", 0, false, "0", |x| {
             Some(conflicts(&x.writes_converge) as f64)
         }),
@@ -445,9 +449,10 @@ impl Report<'_> {
         let mut rows: Vec<(String, String, &str)> = Vec::new();
         let floor_wpp = f.map(writes_per_parent);
         rows.push((
-            "writes per parent during convergence <= 5".to_owned(),
+            // Issue 13 set 5 over a floor of 4 (two children); the backups volume made it 5.
+            "writes per parent during convergence <= 6 (the bare floor's 5 + 1)".to_owned(),
             format!("{} ({floor} {})", fmt(wpp, 2, ""), fmt(floor_wpp, 2, "")),
-            verdict(wpp.map(|w| w <= 5.0)),
+            verdict(wpp.map(|w| w <= 6.0)),
         ));
         if large {
             rows.push((
