@@ -194,7 +194,7 @@ pub(crate) async fn run(
         status[field] = json!(now);
     }
     *parent = cluster
-        .patch_status(handle, &json!({"status": status}))
+        .patch_status(handle, parent, &json!({"status": status}))
         .await
         .map_err(|e| ApplyError::Status(Box::new(e)))?;
     // Recorded: a delivery's answer is no longer needed (until then a failed write keeps it).
@@ -269,7 +269,7 @@ async fn write_intent(
         "metadata": {"resourceVersion": resource_version},
         "status": {"actions": {id: intent}},
     });
-    *parent = match cluster.patch_status(handle, &intent).await {
+    *parent = match cluster.patch_status(handle, parent, &intent).await {
         Ok(updated) => updated,
         Err(kube::Error::Api(status)) if status.code == 409 => return Err(ApplyError::Conflict(id.to_owned())),
         Err(e) => return Err(ApplyError::Status(Box::new(e))),

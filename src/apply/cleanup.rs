@@ -38,7 +38,7 @@ pub(crate) async fn set_finalizer(
                 meta.remove("managedFields");
             }
             if let Some(uid) = &handle.reference.uid {
-                cluster.written.record(uid, &updated);
+                cluster.written.record(uid, parent, &updated);
             }
             *parent = updated;
             Ok(())

@@ -136,6 +136,9 @@ impl ApplyError {
     }
 }
 
+/// How many of a parent's own writes are remembered until their watch events come back.
+const ECHOES_KEPT: usize = 16;
+
 /// What our own writes left, by parent UID, until the caches catch up: the parent as our last
 /// status write returned it, and the resourceVersion each child write returned (or that it
 /// deleted the child).
@@ -144,10 +147,15 @@ impl ApplyError {
 /// between (by our own finalizer or status write) would plan on the older state: decide an
 /// action is due again, or apply a child it created a moment before once more (a second write
 /// and a second Event for nothing).
+///
+/// It also keeps the resourceVersion each of our parent writes returned until the parent watch
+/// delivers it ([`WrittenParents::echo`]): that event is our own write coming back, and the
+/// reconcile that sent it planned on everything it shows, so it queues no reconcile.
 #[derive(Debug, Default)]
 pub(crate) struct WrittenParents {
     parents: std::sync::Mutex<std::collections::HashMap<String, Value>>,
     children: std::sync::Mutex<std::collections::HashMap<String, std::collections::HashMap<ObjectRef, Option<u64>>>>,
+    echoes: std::sync::Mutex<std::collections::HashMap<String, Vec<u64>>>,
 }
 
 /// A resourceVersion as a number: the API server takes it from etcd's monotonic revision.
@@ -159,8 +167,33 @@ fn resource_version(object: &Value) -> Option<u64> {
         .ok()
 }
 
+/// Whether a parent as a write of ours returned it (`after`) differs from the parent the write
+/// planned on (`before`) only in what our parent writes change (its status, its finalizers): the
+/// same generation, spec, labels, annotations and deletion. Then a reconcile on it plans what the
+/// writing reconcile planned, whoever made its resourceVersion: a write that changed nothing
+/// returns the version of the write before it, which may be someone else's, with more in it.
+fn only_ours_changed(before: &Value, after: &Value) -> bool {
+    const PLANNED_ON: [&str; 5] = [
+        "/spec",
+        "/metadata/generation",
+        "/metadata/labels",
+        "/metadata/annotations",
+        "/metadata/deletionTimestamp",
+    ];
+    PLANNED_ON
+        .iter()
+        .all(|path| before.pointer(path) == after.pointer(path))
+}
+
 impl WrittenParents {
-    fn record(&self, uid: &str, parent: &Value) {
+    /// Remembers our write to parent `uid`: `before` as the write planned on it, `parent` as
+    /// the write returned it.
+    fn record(&self, uid: &str, before: &Value, parent: &Value) {
+        if only_ours_changed(before, parent)
+            && let Some(version) = resource_version(parent)
+        {
+            self.expect_echo(uid, version);
+        }
         // Kept like the cache keeps it: a write returns managedFields too.
         let mut parent = parent.clone();
         if let Some(metadata) = parent.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -172,6 +205,44 @@ impl WrittenParents {
         if let Ok(mut written) = self.parents.lock() {
             written.insert(uid.to_owned(), parent);
         }
+    }
+
+    /// Remembers that a write of ours to parent `uid` returned `version`, until its watch event
+    /// comes back ([`WrittenParents::echo`]). At most [`ECHOES_KEPT`] per parent: one the watch
+    /// never delivers (a relist went past it) is pushed out by later ones, or forgotten with the
+    /// parent.
+    fn expect_echo(&self, uid: &str, version: u64) {
+        if let Ok(mut echoes) = self.echoes.lock() {
+            let ours = echoes.entry(uid.to_owned()).or_default();
+            if ours.len() >= ECHOES_KEPT {
+                ours.remove(0);
+            }
+            ours.push(version);
+        }
+    }
+
+    /// Whether a parent watch event (once the cache has it) showing `uid` at `version` is one of
+    /// our own writes coming back: exactly a resourceVersion a write of ours returned, showing
+    /// nothing but what the write changed ([`only_ours_changed`]). A version between two of ours
+    /// is someone else's write: never an echo. An echo is forgotten once seen.
+    pub(crate) fn echo(&self, uid: &str, version: Option<&str>) -> bool {
+        let Some(version) = version.and_then(|v| v.parse::<u64>().ok()) else {
+            return false;
+        };
+        let Ok(mut echoes) = self.echoes.lock() else {
+            return false;
+        };
+        let Some(ours) = echoes.get_mut(uid) else {
+            return false;
+        };
+        let Some(at) = ours.iter().position(|&v| v == version) else {
+            return false;
+        };
+        ours.remove(at);
+        if ours.is_empty() {
+            echoes.remove(uid);
+        }
+        true
     }
 
     /// Forgets what we wrote for parent `uid` once the cache holds that version or a newer one
@@ -236,6 +307,9 @@ impl WrittenParents {
         if let Ok(mut children) = self.children.lock() {
             children.remove(uid);
         }
+        if let Ok(mut echoes) = self.echoes.lock() {
+            echoes.remove(uid);
+        }
     }
 
     /// Keeps only these parents (the others are gone).
@@ -246,11 +320,16 @@ impl WrittenParents {
         if let Ok(mut children) = self.children.lock() {
             children.retain(|uid, _| live.contains(uid));
         }
+        if let Ok(mut echoes) = self.echoes.lock() {
+            echoes.retain(|uid, _| live.contains(uid));
+        }
     }
 
-    /// Parents remembered (in either map).
+    /// Parents remembered (in any of the maps).
     pub(crate) fn len(&self) -> usize {
-        self.parents.lock().map_or(0, |written| written.len()) + self.children.lock().map_or(0, |c| c.len())
+        self.parents.lock().map_or(0, |written| written.len())
+            + self.children.lock().map_or(0, |c| c.len())
+            + self.echoes.lock().map_or(0, |e| e.len())
     }
 
     /// Whether no parent is remembered.
@@ -346,8 +425,14 @@ impl Cluster<'_> {
             .map_err(|e| ApplyError::ParentMetadata(Box::new(e)))
     }
 
-    /// Merge-patches the parent's status subresource and returns the updated parent.
-    pub(crate) async fn patch_status(&self, parent: &ParentHandle, patch: &Value) -> Result<Value, kube::Error> {
+    /// Merge-patches the status subresource of the parent (`before`, as the patch was planned
+    /// on it) and returns the updated parent.
+    pub(crate) async fn patch_status(
+        &self,
+        parent: &ParentHandle,
+        before: &Value,
+        patch: &Value,
+    ) -> Result<Value, kube::Error> {
         self.count_write("PATCH", &format!("{}/status", parent.kind));
         let updated = parent
             .api
@@ -361,7 +446,7 @@ impl Cluster<'_> {
             }
         }
         if let Some(uid) = &parent.reference.uid {
-            self.written.record(uid, &updated);
+            self.written.record(uid, before, &updated);
         }
         Ok(updated)
     }
@@ -421,6 +506,38 @@ mod tests {
         let version = object.metadata.resource_version.clone();
         index.take(&mut kube::runtime::watcher::Event::Apply(object));
         written.caught_up("u", version.as_deref());
+        written.echo("u", version.as_deref());
+    }
+
+    #[test]
+    fn only_the_exact_versions_our_writes_returned_come_back_as_echoes() {
+        let written = WrittenParents::default();
+        // Our finalizer patch returned 11, our status write 13; someone else wrote 12 between.
+        let before = database("10", "generation=2");
+        written.record("u", &before, &database("11", "generation=3"));
+        written.record("u", &before, &database("13", "generation=3"));
+        assert!(written.echo("u", Some("11")));
+        assert!(
+            !written.echo("u", Some("12")),
+            "someone else's write between two of ours"
+        );
+        assert!(written.echo("u", Some("13")));
+        assert!(!written.echo("u", Some("13")), "delivered once");
+        assert!(!written.echo("v", Some("13")), "another parent");
+        assert!(!written.echo("u", None));
+        // A write returned a parent someone else changed more than the status: no echo.
+        let mut respec = database("30", "generation=3");
+        respec["spec"] = json!({"replicas": 3});
+        written.record("u", &before, &respec);
+        assert!(!written.echo("u", Some("30")), "a spec change came back with it");
+        // Echoes the watch never delivers are pushed out.
+        for version in 100..100 + ECHOES_KEPT as u64 + 1 {
+            written.expect_echo("u", version);
+        }
+        assert!(!written.echo("u", Some("100")), "pushed out");
+        assert!(written.echo("u", Some("101")));
+        written.forget("u");
+        assert!(!written.echo("u", Some("102")), "forgotten with the parent");
     }
 
     #[test]
@@ -429,7 +546,7 @@ mod tests {
         // The spec change to generation 3 is cached; our status write recording the run for it
         // returned resourceVersion 11, and its watch event is on its way.
         deliver(&index, &written, &database("10", "generation=2"));
-        written.record("u", &database("11", "generation=3"));
+        written.record("u", &database("10", "generation=2"), &database("11", "generation=3"));
         let read = written.newest("u", || {
             let cached = index.get("shop", "orders", &resource());
             // The watch delivers our write right after the cache was read.

@@ -241,7 +241,7 @@ pub(crate) async fn report_failure(
     let Some(patch) = plan::failure_status_patch(parent, reason, &message, now) else {
         return;
     };
-    if let Err(e) = cluster.patch_status(handle, &patch).await {
+    if let Err(e) = cluster.patch_status(handle, parent, &patch).await {
         warn!(parent = %handle.name, error = %api_error::describe(&e), "writing the failure status failed");
     }
     events::publish(cluster, handle, None, EventType::Warning, reason, message.into_owned());

@@ -31,7 +31,7 @@ pub(crate) async fn write_status(
             now,
         );
     }
-    let error = match cluster.patch_status(handle, &patch).await {
+    let error = match cluster.patch_status(handle, parent, &patch).await {
         Ok(written) => return Ok(written),
         Err(e) => e,
     };
@@ -55,7 +55,7 @@ pub(crate) async fn write_status(
         }
     }
     set_condition(&mut patch, parent, "False", "FieldRefused", &message, now);
-    let written = cluster.patch_status(handle, &patch).await?;
+    let written = cluster.patch_status(handle, parent, &patch).await?;
     super::events::publish(
         cluster,
         handle,

@@ -258,6 +258,7 @@ fn parent_events(
     let (requested, gone, queued) = (triggers.clone(), triggers.clone(), triggers.clone());
     let (index, previous, resource) = (bodies.clone(), writer.as_reader(), parent_kind.resource.clone());
     let departures = bodies.clone();
+    let written = memory.written.clone();
     let events = shared
         .watch_parents(rule, parent_kind, config)
         // The store keeps metadata; the parents themselves are kept as text.
@@ -284,6 +285,12 @@ fn parent_events(
                     gone.forget(&parent_key(parent));
                 }
             }
+        })
+        // Our own finalizer or status write coming back queues nothing (`WrittenParents::echo`).
+        .filter(move |event| {
+            let echo = matches!(event, Ok(watcher::Event::Apply(parent))
+                if written.echo(&parent.uid().unwrap_or_default(), parent.resource_version().as_deref()));
+            futures::future::ready(!echo)
         });
     // A relist's parents once the store and the bodies show it.
     crate::cache::relist::touched_after_relists(events, false, Vec::new).inspect(move |parent| {
