@@ -173,16 +173,27 @@ fn resource_version(object: &Value) -> Option<u64> {
 /// writing reconcile planned, whoever made its resourceVersion: a write that changed nothing
 /// returns the version of the write before it, which may be someone else's, with more in it.
 fn only_ours_changed(before: &Value, after: &Value) -> bool {
-    const PLANNED_ON: [&str; 5] = [
+    const PLANNED_ON: [&str; 4] = [
         "/spec",
         "/metadata/generation",
         "/metadata/labels",
-        "/metadata/annotations",
         "/metadata/deletionTimestamp",
     ];
+    // The cache never holds kubectl's last-applied copy, which a write returns.
+    let annotations = |parent: &Value| {
+        let mut annotations = parent.pointer("/metadata/annotations").cloned().unwrap_or(Value::Null);
+        if let Some(map) = annotations.as_object_mut() {
+            map.remove(crate::cache::watch::LAST_APPLIED);
+        }
+        match annotations {
+            Value::Object(map) if map.is_empty() => Value::Null,
+            other => other,
+        }
+    };
     PLANNED_ON
         .iter()
         .all(|path| before.pointer(path) == after.pointer(path))
+        && annotations(before) == annotations(after)
 }
 
 impl WrittenParents {
@@ -530,6 +541,11 @@ mod tests {
         respec["spec"] = json!({"replicas": 3});
         written.record("u", &before, &respec);
         assert!(!written.echo("u", Some("30")), "a spec change came back with it");
+        // kubectl's last-applied copy comes back with a write but is never cached: still an echo.
+        let mut applied = database("31", "generation=3");
+        applied["metadata"]["annotations"] = json!({crate::cache::watch::LAST_APPLIED: "{}"});
+        written.record("u", &before, &applied);
+        assert!(written.echo("u", Some("31")));
         // Echoes the watch never delivers are pushed out.
         for version in 100..100 + ECHOES_KEPT as u64 + 1 {
             written.expect_echo("u", version);
