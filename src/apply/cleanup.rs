@@ -33,10 +33,7 @@ pub(crate) async fn set_finalizer(
         .await
     {
         Ok(updated) => {
-            let mut updated = serde_json::to_value(updated).unwrap_or_default();
-            if let Some(meta) = updated.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.remove("managedFields");
-            }
+            let updated = crate::cache::watch::as_cached(updated);
             if let Some(uid) = &handle.reference.uid {
                 cluster.written.record(uid, parent, &updated);
             }

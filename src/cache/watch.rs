@@ -112,6 +112,18 @@ pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-config
 /// (`DynamicObject`'s own decode buffers the whole object first, for its flattened fields.)
 pub(crate) struct Slim(pub DynamicObject);
 
+/// An object one of our writes returned, as the caches would keep it ([`Slim`]): without
+/// `managedFields`, `selfLink` and kubectl's last-applied copy. What a write returned and what the
+/// watch later delivers then compare equal where the object is the same.
+pub(crate) fn as_cached(mut object: DynamicObject) -> serde_json::Value {
+    object.metadata.managed_fields = None;
+    object.metadata.self_link = None;
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    serde_json::to_value(object).unwrap_or_default()
+}
+
 /// [`ObjectMeta`] without `managedFields` and `selfLink` (serde skips unknown keys unbuilt).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]

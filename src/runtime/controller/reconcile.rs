@@ -24,7 +24,7 @@ use crate::engine::rules::{Rule, RuleSet};
 use crate::ops::metrics::Outcome;
 use crate::runtime::clock::now_rfc3339;
 use crate::runtime::queue::Trigger;
-use crate::runtime::rollout::Membership;
+use crate::runtime::rollout::{Membership, Staging};
 
 use super::policy::{after_success, requeue};
 use super::{ReconcileError, RuleContext, parent_key};
@@ -101,12 +101,12 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
     let namespace = parent.namespace().unwrap_or_default();
     // Every replica watches the moved parents of every shard, so the one that decides a halt
     // (`Writers::runs_rollouts`) sees them all, and any replica taking over from it has seen them.
-    let staged = rollout_place(&ctx, &parent, &namespace);
+    let place = rollout_place(&ctx, &parent, &namespace);
     if !writer.held() {
         return Ok(Action::await_change());
     }
     let (set, kinds) = ctx.shared.snapshot();
-    let (set, refused) = match chosen_set(&ctx, &parent, staged, &set, &kinds).await {
+    let (set, refused) = match chosen_set(&ctx, &parent, place.set(), &set, &kinds).await {
         Ok(chosen) => (chosen.unwrap_or(set), None),
         // A parent being deleted is cleaned up under the rule in force, whatever its pin says.
         Err(_) if parent.meta().deletion_timestamp.is_some() => (set, None),
@@ -143,6 +143,11 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
         ctx.shared.observability.metrics.shard_reconciled(writer.index());
     }
     let result = reconcile_parent(&ctx, writer, &set, rule, &kinds, &parent, &namespace, refused).await;
+    // The status this reconcile wrote (a failure's Ready=False among it) is watched now: its echo
+    // queues no reconcile that would see it.
+    if let Place::Moved(staging) = &place {
+        observe_moved(&ctx, staging, &parent, &namespace);
+    }
     debug!(parent = %parent.name_any(), elapsed = ?started.elapsed(), ok = result.is_ok(), "reconciled");
     let outcome = match &result {
         Ok(_) => Outcome::Ok,
@@ -207,15 +212,35 @@ async fn chosen_set(
         .map_err(|e| refused(e.reason(), e.to_string()))
 }
 
-/// During a staged rollout of the rule, the rule set a parent the current step has not moved is
-/// reconciled under: the one the change replaced (`None`: the set in force, or the parent is
-/// pinned). A moved parent is watched for going from ready to not ready, which may halt the
-/// rollout.
-fn rollout_place(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> Option<Arc<RuleSet>> {
-    if parent.annotations().contains_key(REVISION_ANNOTATION) {
-        return None;
+/// Where a parent stands in its rule's staged rollout.
+enum Place {
+    /// No rollout, or the parent is pinned: the set in force (or its pin) decides.
+    InForce,
+    /// The current step has not moved it: reconciled under the set the change replaced.
+    NotMoved(Arc<RuleSet>),
+    /// Moved: reconciled under the set in force, and watched for going from ready to not ready.
+    Moved(Arc<Staging>),
+}
+
+impl Place {
+    /// The rule set it is reconciled under when that is not the one in force.
+    fn set(&self) -> Option<Arc<RuleSet>> {
+        match self {
+            Place::NotMoved(previous) => Some(previous.clone()),
+            Place::InForce | Place::Moved(_) => None,
+        }
     }
-    let staging = ctx.shared.rollouts.get(&ctx.rule_name)?;
+}
+
+/// Where a parent stands in its rule's staged rollout. A moved parent is watched as the cache
+/// shows it (another replica's write may have changed its readiness).
+fn rollout_place(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> Place {
+    if parent.annotations().contains_key(REVISION_ANNOTATION) {
+        return Place::InForce;
+    }
+    let Some(staging) = ctx.shared.rollouts.get(&ctx.rule_name) else {
+        return Place::InForce;
+    };
     let uid = parent.uid().unwrap_or_default();
     // In this order (see `Membership`): departures, the count, then the parents.
     let membership = Membership {
@@ -227,10 +252,19 @@ fn rollout_place(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> 
         parents.iter().filter_map(|p| p.metadata.uid.clone()).collect()
     };
     if !staging.moves(&uid, membership, uids) {
-        return Some(staging.previous.clone());
+        return Place::NotMoved(staging.previous.clone());
     }
+    observe_moved(ctx, &staging, parent, namespace);
+    Place::Moved(staging)
+}
+
+/// Watches a moved parent for going from ready to not ready, as it is now: the newest of the
+/// cache's copy and what this process's own writes returned. A halt it causes is announced.
+fn observe_moved(ctx: &RuleContext, staging: &Staging, parent: &DynamicObject, namespace: &str) {
+    let uid = parent.uid().unwrap_or_default();
     let name = parent.name_any();
-    if let Some(body) = ctx.bodies.get(namespace, &name, &ctx.parent_kind.resource)
+    let cached = || ctx.bodies.get(namespace, &name, &ctx.parent_kind.resource);
+    if let Some(body) = ctx.written.newest(&uid, cached)
         && staging.observe(
             &uid,
             &format!("{namespace}/{name}"),
@@ -240,7 +274,6 @@ fn rollout_place(ctx: &RuleContext, parent: &DynamicObject, namespace: &str) -> 
     {
         ctx.shared.rollouts.announce_halt(&ctx.rule_name);
     }
-    None
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -259,7 +259,6 @@ fn parent_events(
     let (index, previous, resource) = (bodies.clone(), writer.as_reader(), parent_kind.resource.clone());
     let departures = bodies.clone();
     let written = memory.written.clone();
-    let (rollouts_of, rule_name) = (Arc::downgrade(shared), rule.name.clone());
     let events = shared
         .watch_parents(rule, parent_kind, config)
         // The store keeps metadata; the parents themselves are kept as text.
@@ -287,18 +286,13 @@ fn parent_events(
                 }
             }
         })
-        // Our own finalizer or status write coming back queues nothing (`WrittenParents::echo`),
-        // except during a staged rollout: a moved parent's readiness, which our status write
-        // reports, is watched by its next reconcile (`Staging::observe`).
+        // Our own finalizer or status write coming back queues nothing (`WrittenParents::echo`).
+        // During a staged rollout, the reconcile that wrote it watched what it wrote
+        // (`observe_moved`).
         .filter(move |event| {
             let echo = matches!(event, Ok(watcher::Event::Apply(parent))
                 if written.echo(&parent.uid().unwrap_or_default(), parent.resource_version().as_deref()));
-            let rolling_out = || {
-                rollouts_of
-                    .upgrade()
-                    .is_some_and(|shared| shared.rollouts.get(&rule_name).is_some())
-            };
-            futures::future::ready(!echo || rolling_out())
+            futures::future::ready(!echo)
         });
     // A relist's parents once the store and the bodies show it.
     crate::cache::relist::touched_after_relists(events, false, Vec::new).inspect(move |parent| {
