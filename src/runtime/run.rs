@@ -188,6 +188,7 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         rollouts,
         pins,
+        quiet: Arc::default(),
         recorder,
         writers,
         client,
