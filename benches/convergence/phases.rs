@@ -96,6 +96,10 @@ pub struct RunResult {
     pub rss_peak_kb: Option<u64>,
     /// VmRSS after convergence and quiet.
     pub rss_steady_kb: Option<u64>,
+    /// The anonymous part of VmRSS (RssAnon: heap and stacks, not the binary's code pages),
+    /// in the empty namespace and after convergence.
+    pub rss_anon_empty_kb: Option<u64>,
+    pub rss_anon_steady_kb: Option<u64>,
     /// The restart over N converged parents.
     pub startup: Option<Startup>,
     /// ruleop's resync phase.
@@ -175,6 +179,7 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
         contender.after_ready(ctx).await?;
         tokio::time::sleep(Duration::from_secs(3)).await;
         result.rss_empty_kb = op.proc_status("VmRSS");
+        result.rss_anon_empty_kb = op.proc_status("RssAnon");
         operator = Some(op);
         handover = None;
     }
@@ -245,6 +250,7 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
     // Memory once idle again.
     tokio::time::sleep(settings.steady).await;
     result.rss_steady_kb = op.proc_status("VmRSS");
+    result.rss_anon_steady_kb = op.proc_status("RssAnon");
     result.rss_peak_kb = op.proc_status("VmHWM").max(sampler.map(RssSampler::stop));
     result.notes.extend(op.stop("convergence").await);
 

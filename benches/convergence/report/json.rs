@@ -52,7 +52,8 @@ pub fn report(r: &Report<'_>) -> Value {
                 "conflicts_convergence": conflicts(&x.writes_converge),
                 "cpu_s": {"convergence": x.cpu_converge_s, "per_1000_parents": cpu_per_1000(x),
                           "startup_to_all_reconciled": x.startup.as_ref().and_then(|s| s.cpu_s)},
-                "rss_kb": {"empty": x.rss_empty_kb, "peak_vmhwm": x.rss_peak_kb, "steady": x.rss_steady_kb},
+                "rss_kb": {"empty": x.rss_empty_kb, "peak_vmhwm": x.rss_peak_kb, "steady": x.rss_steady_kb,
+                    "anon_empty": x.rss_anon_empty_kb, "anon_steady": x.rss_anon_steady_kb},
                 "bytes_per_object": bytes_per_object(x),
                 "startup": x.startup.as_ref().map(|s| json!({
                     "ready_ms": s.ready.as_secs_f64() * 1e3,

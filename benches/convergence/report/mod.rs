@@ -126,6 +126,16 @@ fn rows() -> Vec<Row> {
             |x| mb(x.rss_steady_kb),
         ),
         row(
+            "(3) of it anonymous (RssAnon: heap, stacks; the rest is mostly the binary's code), empty namespace (MB)",
+            1,
+            true,
+            "",
+            |x| mb(x.rss_anon_empty_kb),
+        ),
+        row("(3) of it anonymous, steady after convergence (MB)", 1, true, "", |x| {
+            mb(x.rss_anon_steady_kb)
+        }),
+        row(
             "(3) RSS after a restart over N converged parents (MB)",
             1,
             true,
