@@ -49,6 +49,8 @@ fn main() {
         schedule.len()
     );
     let load_before = load_average();
+    // Read now: the tree may move on during an hour's run, the binary does not.
+    let source = source_state();
 
     let plane = restartable_control_plane();
     install_crds();
@@ -217,7 +219,7 @@ fn main() {
     let logs = fleet.logs();
     let outcome = Outcome {
         date: jiff::Timestamp::now().strftime("%Y%m%d-%H%M%S").to_string(),
-        header: header(&settings, seed, load_before, initial, spread),
+        header: header(&settings, seed, &source, load_before, initial, spread),
         parents: settings.parents,
         injected,
         converged,
@@ -333,20 +335,35 @@ fn scale(settings: &Settings) -> String {
     }
 }
 
-/// What ran, where and how: the report's header.
-fn header(settings: &Settings, seed: u64, load_before: String, initial: Duration, spread: Duration) -> Vec<String> {
+/// The commit the run's binary was built from, as the tree says at the start, and whether
+/// src/, rules/ or templates/ had uncommitted changes then.
+fn source_state() -> String {
     let dirty = !command_line("git", &["status", "--porcelain", "src", "rules", "templates"]).is_empty();
+    format!(
+        "`{}`{}",
+        command_line("git", &["rev-parse", "--short", "HEAD"]),
+        if dirty {
+            " with uncommitted changes in src/, rules/ or templates/"
+        } else {
+            ""
+        }
+    )
+}
+
+/// What ran, where and how: the report's header.
+fn header(
+    settings: &Settings,
+    seed: u64,
+    source: &str,
+    load_before: String,
+    initial: Duration,
+    spread: Duration,
+) -> Vec<String> {
     let mut lines = vec![
         format!(
-            "Machine: {} cores, load average {load_before} at the start, {} at the end. ruleop `{}`{} ({}), `{}`.",
+            "Machine: {} cores, load average {load_before} at the start, {} at the end. ruleop {source} at the start ({}), `{}`.",
             std::thread::available_parallelism().map_or(0, usize::from),
             load_average(),
-            command_line("git", &["rev-parse", "--short", "HEAD"]),
-            if dirty {
-                " with uncommitted changes in src/, rules/ or templates/"
-            } else {
-                ""
-            },
             binary().display(),
             command_line("rustc", &["--version"]),
         ),
