@@ -23,7 +23,6 @@ use serde_json::json;
 use tracing::warn;
 
 use super::children::ChildOutcome;
-use super::quiet::Quiet;
 use super::{Cluster, ParentHandle};
 use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::engine::plan::actions::{ActionDecision, Effect};
@@ -40,12 +39,6 @@ pub(crate) const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// edit over 1,000 parents) sends its child writes first instead of sharing the API server with
 /// as many Events.
 const SENDERS: usize = 2;
-
-/// Longest an Event waits for a moment when no reconcile runs ([`Quiet`]) before it is sent
-/// anyway: a burst of reconciles (1,000 parents created, a template edit over them) sends its
-/// child and status writes first, and a load that never ends still sends every Event, this much
-/// later.
-const HOLD: Duration = Duration::from_secs(30);
 
 /// Most Events waiting to be sent; more are dropped with a log line, as client-go's broadcaster
 /// drops beyond its queue of 1,000: an API server too slow for Events must not fill memory.
@@ -64,8 +57,6 @@ pub(crate) struct EventLog {
     /// Events in flight or waiting for a sender.
     senders: std::sync::Arc<tokio::sync::Semaphore>,
     queued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    /// The reconciles running, which an Event waits on before it is sent.
-    quiet: std::sync::Arc<Quiet>,
 }
 
 /// One recently published Event.
@@ -83,16 +74,14 @@ impl EventLog {
         self.recent.lock().map_or(0, |recent| recent.len())
     }
 
-    /// An empty log publishing through `client`, reporting as instance `POD_NAME` (or `ruleop`),
-    /// each Event once `quiet` shows no reconcile running (or after [`HOLD`]).
-    pub(crate) fn new(client: Client, quiet: std::sync::Arc<Quiet>) -> Self {
+    /// An empty log publishing through `client`, reporting as instance `POD_NAME` (or `ruleop`).
+    pub(crate) fn new(client: Client) -> Self {
         EventLog {
             client,
             instance: std::env::var("POD_NAME").unwrap_or_else(|_| CONTROLLER.to_owned()),
             recent: Mutex::new(HashMap::new()),
             senders: std::sync::Arc::new(tokio::sync::Semaphore::new(SENDERS)),
             queued: std::sync::Arc::default(),
-            quiet,
         }
     }
 
@@ -235,7 +224,6 @@ pub(crate) fn publish(
     let (log, parent_name) = (std::sync::Arc::clone(log), parent.name.clone());
     let senders = std::sync::Arc::clone(&log.senders);
     tokio::spawn(async move {
-        log.quiet.wait(HOLD).await;
         let _permit = senders.acquire_owned().await;
         let result = match send {
             Send::Create(name) => create(&api, event, name).await,
@@ -395,7 +383,7 @@ mod tests {
     #[tokio::test]
     async fn a_repeat_within_the_window_is_a_series_of_the_first_and_after_it_a_new_event() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
-        let log = EventLog::new(Client::try_from(config).expect("client"), std::sync::Arc::default());
+        let log = EventLog::new(Client::try_from(config).expect("client"));
         let start = Instant::now();
         let Send::Create(first) = log.record(1, "orders", start) else {
             panic!("a first occurrence is a new Event")

@@ -12,7 +12,6 @@ pub(crate) mod compare;
 pub(crate) mod deliveries;
 pub(crate) mod drift_limit;
 pub(crate) mod events;
-pub(crate) mod quiet;
 pub(crate) mod reconcile;
 pub(crate) mod secrets;
 pub(crate) mod skipped;

@@ -188,7 +188,6 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         rollouts,
         pins,
-        quiet: Arc::default(),
         recorder,
         writers,
         client,

@@ -67,8 +67,6 @@ pub(crate) struct Shared {
     pub circuit: Threshold,
     /// The kept revisions parents may be pinned to, and the pinned ones' rule sets.
     pub pins: crate::runtime::pins::Pins,
-    /// The reconciles running, which the Events wait on ([`crate::apply::quiet`]).
-    pub quiet: Arc<crate::apply::quiet::Quiet>,
 }
 
 impl Shared {

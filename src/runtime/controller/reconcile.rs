@@ -139,7 +139,6 @@ async fn reconcile_in_span(parent: Arc<DynamicObject>, ctx: Arc<RuleContext>) ->
         parent.name_any()
     ));
     let _worker = ctx.shared.observability.metrics.reconcile_started(&rule.name);
-    let _running = ctx.shared.quiet.enter();
     if ctx.shared.writers.is_sharded() {
         ctx.shared.observability.metrics.shard_reconciled(writer.index());
     }

@@ -194,7 +194,7 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         rule.spec.reload_concurrency.as_ref().map(|c| c.value),
     ));
     let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
-    let events = Arc::new(events::EventLog::new(shared.client.clone(), shared.quiet.clone()));
+    let events = Arc::new(events::EventLog::new(shared.client.clone()));
     let context = Arc::new(RuleContext {
         children_synced,
         shared,
