@@ -37,11 +37,13 @@ impl YamlError {
     }
 }
 
-/// Parser options matching sigs.k8s.io/yaml's YAML 1.1 scalar resolution.
+/// Parser options matching sigs.k8s.io/yaml's YAML 1.1 scalar resolution. Comments are
+/// checked as syntax but not kept: nothing here reads them.
 pub(crate) fn kubernetes_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         legacy_octal_numbers: true,
         strict_booleans: false,
+        emit_comments: false,
     }
 }
 
@@ -53,13 +55,11 @@ pub(crate) fn from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, 
 
 /// Parses every non-empty document of a multi-document stream into JSON values.
 pub(crate) fn documents(text: &str) -> Result<Vec<Value>, YamlError> {
-    let docs: Vec<Value> =
+    let mut docs: Vec<Value> =
         serde_saphyr::from_multiple_with_options(text, kubernetes_options()).map_err(|e| YamlError::from_saphyr(&e))?;
-    Ok(docs
-        .into_iter()
-        .filter(|doc| !doc.is_null())
-        .map(integral_floats_to_integers)
-        .collect())
+    docs.retain(|doc| !doc.is_null());
+    docs.iter_mut().for_each(integral_floats_to_integers);
+    Ok(docs)
 }
 
 /// Serialises a value as YAML for people to read (`ruleop render`).
@@ -68,20 +68,18 @@ pub(crate) fn to_string(value: &Value) -> String {
 }
 
 /// Go's JSON encoder prints a float64 with no fraction as an integer; do the same so that
-/// `replicas: 1e0` reaches the API server as `1`, which an integer field accepts.
-fn integral_floats_to_integers(value: Value) -> Value {
+/// `replicas: 1e0` reaches the API server as `1`, which an integer field accepts. In place: the
+/// rendered objects are rebuilt only where a float changes.
+fn integral_floats_to_integers(value: &mut Value) {
     match value {
-        Value::Number(n) if n.is_f64() => match n.as_f64() {
-            Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
-            _ => Value::Number(n),
-        },
-        Value::Array(items) => Value::Array(items.into_iter().map(integral_floats_to_integers).collect()),
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (k, integral_floats_to_integers(v)))
-                .collect(),
-        ),
-        other => other,
+        Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15) {
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_to_integers),
+        _ => {}
     }
 }
 
