@@ -8,7 +8,7 @@
 //!
 //! The modules follow one run: [`settings`] (the environment), [`plane`] (the control plane),
 //! [`contenders`] (one file per contender), [`phases`] (one contender at one N: [`parents`],
-//! [`observer`], [`process`], [`writes`]), [`report`] (Markdown, JSON, SVG).
+//! [`observer`], [`process`], [`writes`], [`reload_floor`]), [`report`] (Markdown, JSON, SVG).
 
 mod contenders;
 mod fairness;
@@ -20,6 +20,7 @@ mod parents;
 mod phases;
 mod plane;
 mod process;
+mod reload_floor;
 mod report;
 mod rollout;
 mod settings;

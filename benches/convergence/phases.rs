@@ -63,6 +63,18 @@ pub struct Resync {
     pub writes_restart: Counts,
 }
 
+/// What one reload cost the operator and the API server, from the template edit until the
+/// writes were still (so the echoes of its own writes, and what they queued, are in).
+#[derive(Default)]
+pub struct ReloadWork {
+    /// The operator's CPU seconds.
+    pub cpu_s: Option<f64>,
+    /// Its reconciles, by what queued them.
+    pub triggers: std::collections::BTreeMap<String, u64>,
+    /// The writes it sent.
+    pub writes: Counts,
+}
+
 /// Everything measured for one contender at one N.
 #[derive(Default)]
 pub struct RunResult {
@@ -106,6 +118,10 @@ pub struct RunResult {
     pub resync: Option<Resync>,
     /// ruleop's reload phase: template edit to all N children updated.
     pub reload: Option<Duration>,
+    /// What that reload cost, from the edit to the API server's writes going still.
+    pub reload_work: Option<ReloadWork>,
+    /// The same N Service applies sent by the harness alone, 20 at once (`reload_floor`).
+    pub reload_floor: Option<Duration>,
     /// The same with the rule's `reloadConcurrency` set to each of `BENCH_RELOAD_SWEEP`.
     pub reload_sweep: Vec<(u16, Duration)>,
     /// ruleop's staged rollout phase (`BENCH_ROLLOUT=1`).
@@ -269,11 +285,13 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
             .notes
             .push("reload not measured at N >= 10,000 (its target is at N = 1,000)".to_owned());
     } else if extras.reload {
-        let (took, note) = reload(ctx, contender, ns, n, None).await?;
+        let (took, work, note) = reload(ctx, contender, ns, n, None).await?;
         result.reload = Some(took);
+        result.reload_work = Some(work);
         result.notes.extend(note);
+        result.reload_floor = Some(crate::reload_floor::reload_floor(ctx, ns, n).await?);
         for &in_flight in &ctx.settings.reload_sweep {
-            let (took, note) = reload(ctx, contender, ns, n, Some(in_flight)).await?;
+            let (took, _, note) = reload(ctx, contender, ns, n, Some(in_flight)).await?;
             eprintln!(
                 "   reload with reloadConcurrency {in_flight}: {:.2} s",
                 took.as_secs_f64()
@@ -386,14 +404,15 @@ async fn resync(
 /// (written aside, then renamed over, as an editor or the kubelet would) and time until all N
 /// Services carry it. Includes ruleop's default 500 ms debounce. With `reload_concurrency`, the
 /// rules are a copy of the contender's whose Database rule says `reloadConcurrency: <it>`, and
-/// the label's value is that number, so each run of a sweep waits for its own edit.
+/// the label's value is that number, so each run of a sweep waits for its own edit. What the
+/// reload cost is read once the writes are still again.
 async fn reload(
     ctx: &Ctx<'_>,
     contender: &'static dyn Contender,
     ns: &str,
     n: usize,
     reload_concurrency: Option<u16>,
-) -> Result<(Duration, Option<String>)> {
+) -> Result<(Duration, ReloadWork, Option<String>)> {
     let tag = reload_concurrency.map_or_else(|| "default".to_owned(), |c| c.to_string());
     let templates = ctx.settings.state.join(format!("templates-reload-{tag}"));
     let _ = std::fs::remove_dir_all(&templates);
@@ -422,14 +441,30 @@ async fn reload(
     );
     let aside = templates.join("database/.service.yaml.j2.tmp");
     std::fs::write(&aside, edited)?;
+    let writes_before = apiserver_writes(&ctx.client).await?;
+    let triggers_before = op.reconcile_triggers().await;
+    let cpu_before = op.cpu_seconds();
     let start = Instant::now();
     std::fs::rename(&aside, &service)?;
     if let Err(e) = wait_labelled::<Service>(&ctx.client, ns, &format!("reload={tag}"), n, timeout).await {
         bail!("reload ({tag}): {e:#} (log {})", op.log.display());
     }
     let took = start.elapsed();
+    let writes_after = settle(&ctx.client, Duration::from_secs(1), Duration::from_secs(30)).await?;
+    let mut triggers = op.reconcile_triggers().await;
+    for (trigger, count) in &mut triggers {
+        *count -= triggers_before.get(trigger).copied().unwrap_or_default();
+    }
+    triggers.retain(|_, count| *count > 0);
+    let mut writes = diff(&writes_after, &writes_before);
+    writes.retain(|_, v| *v > 0);
+    let work = ReloadWork {
+        cpu_s: op.cpu_seconds().zip(cpu_before).map(|(after, before)| after - before),
+        triggers,
+        writes,
+    };
     let note = op.stop("reload").await;
-    Ok((took, note))
+    Ok((took, work, note))
 }
 
 /// The contender started with `setup` over the N converged parents in `ns`, once it has

@@ -90,21 +90,21 @@ impl Contender for Floor {
 }
 
 /// The objects `ruleop render` produces for a placeholder parent, as JSON text.
-struct FloorTemplates {
-    children: Vec<RenderedChild>,
+pub(crate) struct FloorTemplates {
+    pub(crate) children: Vec<RenderedChild>,
     job: String,
     status: String,
 }
 
 /// One child of the rendered plan: its kind's resource, its name and itself, as JSON text.
-struct RenderedChild {
-    resource: ApiResource,
-    name: String,
-    object: String,
+pub(crate) struct RenderedChild {
+    pub(crate) resource: ApiResource,
+    pub(crate) name: String,
+    pub(crate) object: String,
 }
 
 impl FloorTemplates {
-    async fn render(ctx: &Ctx<'_>, client: &Client, ns: &str) -> Result<Self> {
+    pub(crate) async fn render(ctx: &Ctx<'_>, client: &Client, ns: &str) -> Result<Self> {
         let settings = ctx.settings;
         let parent = settings.state.join(format!("floor-parent-{ns}.yaml"));
         let mut db = DATABASE.object(PLACEHOLDER_NAME);
@@ -183,11 +183,11 @@ impl FloorTemplates {
         })
     }
 
-    fn instantiate(text: &str, name: &str, uid: &str) -> Result<Value> {
+    pub(crate) fn instantiate(text: &str, name: &str, uid: &str) -> Result<Value> {
         Ok(serde_json::from_str(&Self::named(text, name, uid))?)
     }
 
-    fn named(text: &str, name: &str, uid: &str) -> String {
+    pub(crate) fn named(text: &str, name: &str, uid: &str) -> String {
         text.replace(PLACEHOLDER_NAME, name).replace(PLACEHOLDER_UID, uid)
     }
 }

@@ -4,7 +4,7 @@
 //! [`ALL`]. The harness (phases.rs) does the rest: namespace, parents, observer, write counts,
 //! memory and CPU of the process, start-up, the report and the picture.
 
-mod floor;
+pub(crate) mod floor;
 mod kopf;
 mod kro;
 mod ruleop;

@@ -70,6 +70,12 @@ pub fn report(r: &Report<'_>) -> Value {
                     "writes_restart_until_n_reconciled": counts(&s.writes_restart),
                 })),
                 "reload_s": x.reload.map(|d| d.as_secs_f64()),
+                "reload_floor_s": x.reload_floor.map(|d| d.as_secs_f64()),
+                "reload_work": x.reload_work.as_ref().map(|w| json!({
+                    "cpu_s": w.cpu_s,
+                    "reconciles_by_trigger": w.triggers,
+                    "writes": counts(&w.writes),
+                })),
                 "reload_sweep": x.reload_sweep.iter().map(|(in_flight, took)| json!({
                     "reload_concurrency": in_flight,
                     "seconds": took.as_secs_f64(),

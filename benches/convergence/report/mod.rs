@@ -309,24 +309,25 @@ impl Report<'_> {
                 cells(&format!("{:.2}", took.as_secs_f64()))
             );
         }
+        if let Some(floor) = self.run(n, "ruleop").and_then(|r| r.reload_floor) {
+            let _ = writeln!(
+                md,
+                "| (5) reload's floor: the N Service applies alone, from the harness, 20 at once (s, no debounce) {} |",
+                cells(&format!("{:.2}", floor.as_secs_f64()))
+            );
+        }
+        if let Some(work) = self.run(n, "ruleop").and_then(|r| r.reload_work.as_ref()) {
+            let _ = writeln!(
+                md,
+                "| (5) reload, edit to writes still: reconciles per parent by trigger; CPU {} |",
+                cells(&reconciles_text(&work.triggers, n, work.cpu_s))
+            );
+        }
         if let Some(run) = self.run(n, "ruleop").filter(|r| !r.triggers_converge.is_empty()) {
-            let all: u64 = run.triggers_converge.values().sum();
-            let by: Vec<String> = run
-                .triggers_converge
-                .iter()
-                .map(|(trigger, count)| format!("{trigger} {:.1}", *count as f64 / n as f64))
-                .collect();
-            let per_reconcile = run.cpu_converge_s.map_or("-".to_owned(), |cpu| {
-                format!("{:.2} ms CPU per reconcile", cpu * 1000.0 / all.max(1) as f64)
-            });
             let _ = writeln!(
                 md,
                 "| (1) reconciles per parent during convergence, by trigger {} |",
-                cells(&format!(
-                    "{:.1} ({}); {per_reconcile}",
-                    all as f64 / n as f64,
-                    by.join(", ")
-                ))
+                cells(&reconciles_text(&run.triggers_converge, n, run.cpu_converge_s))
             );
         }
         if let Some(rollout) = self.run(n, "ruleop").and_then(|r| r.rollout.as_ref()) {
@@ -399,6 +400,13 @@ impl Report<'_> {
                     rs.reconciles,
                     rs.took.as_secs_f64(),
                     counts_text(&rs.writes)
+                );
+            }
+            if let Some(work) = &x.reload_work {
+                let _ = writeln!(
+                    md,
+                    "| reload, edit to writes still | {name} | {} |",
+                    counts_text(&work.writes)
                 );
             }
         }
@@ -604,4 +612,18 @@ impl Report<'_> {
     pub fn json(&self) -> serde_json::Value {
         json::report(self)
     }
+}
+
+/// Reconciles per parent by what queued them, and the CPU each took on average:
+/// `2.0 (child_event 0.9, parent_event 1.1); 2.50 ms CPU per reconcile`.
+fn reconciles_text(triggers: &std::collections::BTreeMap<String, u64>, n: usize, cpu_s: Option<f64>) -> String {
+    let all: u64 = triggers.values().sum();
+    let by: Vec<String> = triggers
+        .iter()
+        .map(|(trigger, count)| format!("{trigger} {:.1}", *count as f64 / n as f64))
+        .collect();
+    let per_reconcile = cpu_s.map_or("-".to_owned(), |cpu| {
+        format!("{:.2} ms CPU per reconcile", cpu * 1000.0 / all.max(1) as f64)
+    });
+    format!("{:.1} ({}); {per_reconcile}", all as f64 / n as f64, by.join(", "))
 }

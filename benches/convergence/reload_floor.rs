@@ -1,0 +1,59 @@
+//! The reload's floor: the writes a reload must send, timed from inside the harness.
+//!
+//! Over the N converged parents ruleop's reload phase left, the harness server-side applies
+//! each parent's Service as `ruleop render` produces it with one label changed, the request
+//! ruleop sends for a template edit (same field manager, `force`, strict field validation), as
+//! many at once as ruleop's default `reloadConcurrency` (20). No debounce, no watching, no
+//! planning, no Events: what the API server alone takes to serve the reload's applies.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use futures::{TryStreamExt, stream};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+
+use crate::contenders::floor::FloorTemplates;
+use crate::parents::DATABASE;
+use crate::phases::Ctx;
+
+/// ruleop's field manager: the floor's applies replace what ruleop's own applies own.
+const FIELD_MANAGER: &str = "ruleop";
+/// Applies in flight: ruleop's default `reloadConcurrency` (4 x the shipped rule's 5).
+const IN_FLIGHT: usize = 20;
+
+/// Applies every parent's Service with the label `reload: floor` and returns how long the N
+/// applies took.
+pub async fn reload_floor(ctx: &Ctx<'_>, ns: &str, n: usize) -> Result<Duration> {
+    let templates = FloorTemplates::render(ctx, &ctx.client, ns).await?;
+    let service = templates
+        .children
+        .iter()
+        .find(|c| c.resource.kind == "Service")
+        .context("render output has no Service")?;
+    let databases: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &DATABASE.resource());
+    let parents: Vec<(String, String)> = databases
+        .list_metadata(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
+        .collect();
+    ensure!(parents.len() == n, "{} parents in {ns}, expected {n}", parents.len());
+    let services: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &service.resource);
+    let params = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
+    let start = Instant::now();
+    stream::iter(parents.iter().map(Ok))
+        .try_for_each_concurrent(IN_FLIGHT, |(name, uid)| {
+            let (services, params) = (&services, &params);
+            async move {
+                let mut object = FloorTemplates::instantiate(&service.object, name, uid)?;
+                object["metadata"]["labels"]["reload"] = json!("floor");
+                let service_name = FloorTemplates::named(&service.name, name, uid);
+                services.patch(&service_name, params, &Patch::Apply(&object)).await?;
+                anyhow::Ok(())
+            }
+        })
+        .await?;
+    Ok(start.elapsed())
+}
