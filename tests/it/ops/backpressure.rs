@@ -109,8 +109,10 @@ fn rejected_with_429_ruleop_waits_as_told_converges_and_stays_within_its_client_
         listed.lines().count() == PARENTS
     });
     operator.idle_reconciles("throttled");
-    let elapsed = started.elapsed();
+    // The counts are read before the clock: ruleop keeps running while they are read, and a
+    // request it sends meanwhile is counted, so the window counted is the window timed.
     let after = server_counts(&ns.0);
+    let elapsed = started.elapsed();
     let (dispatched, rejected) = (after.0 - before.0, after.1 - before.1);
     let seen_by_ruleop = operator.metric("ruleop_api_rejected_total", &[]);
     let waited = operator.metric("ruleop_api_client_throttled_total", &[]);
