@@ -453,15 +453,13 @@ async fn reload(
     let writes_after = settle(&ctx.client, Duration::from_secs(1), Duration::from_secs(30)).await?;
     let mut triggers = op.reconcile_triggers().await;
     for (trigger, count) in &mut triggers {
-        *count -= triggers_before.get(trigger).copied().unwrap_or_default();
+        *count = count.saturating_sub(triggers_before.get(trigger).copied().unwrap_or_default());
     }
     triggers.retain(|_, count| *count > 0);
-    let mut writes = diff(&writes_after, &writes_before);
-    writes.retain(|_, v| *v > 0);
     let work = ReloadWork {
         cpu_s: op.cpu_seconds().zip(cpu_before).map(|(after, before)| after - before),
         triggers,
-        writes,
+        writes: diff(&writes_after, &writes_before),
     };
     let note = op.stop("reload").await;
     Ok((took, work, note))
