@@ -15,7 +15,7 @@ use crate::metrics::percentile;
 use crate::observer::{Observer, wait_labelled};
 use crate::parents::{create_namespace, create_parents, delete_namespace, release_finalizers};
 use crate::plane::ControlPlane;
-use crate::process::{Operator, RssSampler};
+use crate::process::{CpuWindow, Operator, RssSampler, WindowCpu};
 use crate::settings::Settings;
 use crate::writes::{Counts, apiserver_writes, diff, settle};
 
@@ -73,6 +73,8 @@ pub struct ReloadWork {
     pub triggers: std::collections::BTreeMap<String, u64>,
     /// The writes it sent.
     pub writes: Counts,
+    /// CPU from the edit until every child was updated (the reload's time, debounce included).
+    pub cpu_to_updated: WindowCpu,
 }
 
 /// Everything measured for one contender at one N.
@@ -121,7 +123,7 @@ pub struct RunResult {
     /// What that reload cost, from the edit to the API server's writes going still.
     pub reload_work: Option<ReloadWork>,
     /// The same N Service applies sent by the harness alone, 20 at once (`reload_floor`).
-    pub reload_floor: Option<Duration>,
+    pub reload_floor: Option<(Duration, WindowCpu)>,
     /// The same with the rule's `reloadConcurrency` set to each of `BENCH_RELOAD_SWEEP`.
     pub reload_sweep: Vec<(u16, Duration)>,
     /// ruleop's staged rollout phase (`BENCH_ROLLOUT=1`).
@@ -444,12 +446,14 @@ async fn reload(
     let writes_before = apiserver_writes(&ctx.client).await?;
     let triggers_before = op.reconcile_triggers().await;
     let cpu_before = op.cpu_seconds();
+    let window = CpuWindow::start(ctx.plane, Some(&op));
     let start = Instant::now();
     std::fs::rename(&aside, &service)?;
     if let Err(e) = wait_labelled::<Service>(&ctx.client, ns, &format!("reload={tag}"), n, timeout).await {
         bail!("reload ({tag}): {e:#} (log {})", op.log.display());
     }
     let took = start.elapsed();
+    let cpu_to_updated = window.stop();
     let writes_after = settle(&ctx.client, Duration::from_secs(1), Duration::from_secs(30)).await?;
     let mut triggers = op.reconcile_triggers().await;
     for (trigger, count) in &mut triggers {
@@ -460,6 +464,7 @@ async fn reload(
         cpu_s: op.cpu_seconds().zip(cpu_before).map(|(after, before)| after - before),
         triggers,
         writes: diff(&writes_after, &writes_before),
+        cpu_to_updated,
     };
     let note = op.stop("reload").await;
     Ok((took, work, note))

@@ -68,6 +68,15 @@ impl Drop for ControlPlane {
     }
 }
 
+impl ControlPlane {
+    /// The CPU seconds of its process (kube-apiserver, etcd and the controllers run in one),
+    /// from the pid `ctl.sh` keeps; `None` when it is not running.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let pid = std::fs::read_to_string(self.state.join("pid")).ok()?.trim().parse().ok()?;
+        crate::process::cpu_seconds(pid)
+    }
+}
+
 /// Runs kubectl against the plane; its stdout, or an error with its stderr.
 pub async fn kubectl(plane: &ControlPlane, args: &[&str]) -> Result<String> {
     let out = Command::new("kubectl")

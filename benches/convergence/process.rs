@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::contenders::{Contender, Reconciles, Setup};
 use crate::phases::Ctx;
+use crate::plane::ControlPlane;
 use crate::settings::Settings;
 use crate::writes::sum_metric;
 
@@ -211,8 +212,53 @@ fn clock_ticks() -> f64 {
     })
 }
 
+/// Who used the machine's CPU over one timed window: the operator (none for the harness's own
+/// floor) and the control plane's process, against what the machine's cores could give.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WindowCpu {
+    /// The operator's CPU seconds.
+    pub operator_s: Option<f64>,
+    /// The control plane's (kube-apiserver with etcd).
+    pub apiserver_s: Option<f64>,
+    /// The window's length times the machine's cores.
+    pub available_s: f64,
+}
+
+/// The CPU counters at the start of a window ([`WindowCpu`]).
+pub struct CpuWindow<'a> {
+    plane: &'a ControlPlane,
+    operator: Option<&'a Operator>,
+    apiserver_before: Option<f64>,
+    operator_before: Option<f64>,
+    start: Instant,
+}
+
+impl<'a> CpuWindow<'a> {
+    /// Reads the counters now.
+    pub fn start(plane: &'a ControlPlane, operator: Option<&'a Operator>) -> Self {
+        CpuWindow {
+            plane,
+            operator,
+            apiserver_before: plane.cpu_seconds(),
+            operator_before: operator.and_then(Operator::cpu_seconds),
+            start: Instant::now(),
+        }
+    }
+
+    /// What was spent since [`CpuWindow::start`].
+    pub fn stop(&self) -> WindowCpu {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let since = |before: Option<f64>, now: Option<f64>| now.zip(before).map(|(after, before)| after - before);
+        WindowCpu {
+            operator_s: since(self.operator_before, self.operator.and_then(Operator::cpu_seconds)),
+            apiserver_s: since(self.apiserver_before, self.plane.cpu_seconds()),
+            available_s: self.start.elapsed().as_secs_f64() * cores as f64,
+        }
+    }
+}
+
 /// utime + stime of /proc/<pid>/stat (fields 14 and 15), in seconds.
-fn cpu_seconds(pid: u32) -> Option<f64> {
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces: count after the last ')'.
     let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();

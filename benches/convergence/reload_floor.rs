@@ -16,6 +16,7 @@ use serde_json::json;
 use crate::contenders::floor::FloorTemplates;
 use crate::parents::DATABASE;
 use crate::phases::Ctx;
+use crate::process::{CpuWindow, WindowCpu};
 
 /// ruleop's field manager: the floor's applies replace what ruleop's own applies own.
 const FIELD_MANAGER: &str = "ruleop";
@@ -23,8 +24,8 @@ const FIELD_MANAGER: &str = "ruleop";
 const IN_FLIGHT: usize = 20;
 
 /// Applies every parent's Service with the label `reload: floor` and returns how long the N
-/// applies took.
-pub async fn reload_floor(ctx: &Ctx<'_>, ns: &str, n: usize) -> Result<Duration> {
+/// applies took, and the control plane's CPU over them.
+pub async fn reload_floor(ctx: &Ctx<'_>, ns: &str, n: usize) -> Result<(Duration, WindowCpu)> {
     let templates = FloorTemplates::render(ctx, &ctx.client, ns).await?;
     let service = templates
         .children
@@ -42,6 +43,7 @@ pub async fn reload_floor(ctx: &Ctx<'_>, ns: &str, n: usize) -> Result<Duration>
     ensure!(parents.len() == n, "{} parents in {ns}, expected {n}", parents.len());
     let services: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &service.resource);
     let params = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
+    let window = CpuWindow::start(ctx.plane, None);
     let start = Instant::now();
     stream::iter(parents.iter().map(Ok))
         .try_for_each_concurrent(IN_FLIGHT, |(name, uid)| {
@@ -55,5 +57,5 @@ pub async fn reload_floor(ctx: &Ctx<'_>, ns: &str, n: usize) -> Result<Duration>
             }
         })
         .await?;
-    Ok(start.elapsed())
+    Ok((start.elapsed(), window.stop()))
 }

@@ -4,12 +4,21 @@
 use serde_json::{Value, json};
 
 use super::{Report, bytes_per_object, cpu_per_1000};
+use crate::process::WindowCpu;
 use crate::writes::{Counts, conflicts, total};
 
 fn counts(c: &Counts) -> Value {
     c.iter()
         .map(|((verb, res), v)| json!({"verb": verb, "resource": res, "count": v}))
         .collect()
+}
+
+fn window_cpu(cpu: &WindowCpu) -> Value {
+    json!({
+        "operator_s": cpu.operator_s,
+        "apiserver_s": cpu.apiserver_s,
+        "available_s": cpu.available_s,
+    })
 }
 
 /// At most `max` points of a sorted curve, evenly spaced by rank, the last one always kept.
@@ -70,9 +79,11 @@ pub fn report(r: &Report<'_>) -> Value {
                     "writes_restart_until_n_reconciled": counts(&s.writes_restart),
                 })),
                 "reload_s": x.reload.map(|d| d.as_secs_f64()),
-                "reload_floor_s": x.reload_floor.map(|d| d.as_secs_f64()),
+                "reload_floor_s": x.reload_floor.map(|(d, _)| d.as_secs_f64()),
+                "reload_floor_cpu": x.reload_floor.map(|(_, cpu)| window_cpu(&cpu)),
                 "reload_work": x.reload_work.as_ref().map(|w| json!({
                     "cpu_s": w.cpu_s,
+                    "cpu_to_updated": window_cpu(&w.cpu_to_updated),
                     "reconciles_by_trigger": w.triggers,
                     "writes": counts(&w.writes),
                 })),

@@ -9,6 +9,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use crate::phases::{RunResult, Startup};
+use crate::process::WindowCpu;
 use crate::settings::Settings;
 use crate::writes::{conflicts, counts_text, total};
 use machine::MachineInfo;
@@ -309,14 +310,20 @@ impl Report<'_> {
                 cells(&format!("{:.2}", took.as_secs_f64()))
             );
         }
-        if let Some(floor) = self.run(n, "ruleop").and_then(|r| r.reload_floor) {
+        if let Some((floor, cpu)) = self.run(n, "ruleop").and_then(|r| r.reload_floor) {
             let _ = writeln!(
                 md,
-                "| (5) reload's floor: the N Service applies alone, from the harness, 20 at once (s, no debounce) {} |",
-                cells(&format!("{:.2}", floor.as_secs_f64()))
+                "| (5) reload's floor: the N Service applies alone, from the harness, 20 at once (s, no debounce; CPU \
+                 s meanwhile) {} |",
+                cells(&format!("{:.2} ({})", floor.as_secs_f64(), window_cpu_text(&cpu)))
             );
         }
         if let Some(work) = self.run(n, "ruleop").and_then(|r| r.reload_work.as_ref()) {
+            let _ = writeln!(
+                md,
+                "| (5) reload, edit to all N children updated: CPU s {} |",
+                cells(&window_cpu_text(&work.cpu_to_updated))
+            );
             let _ = writeln!(
                 md,
                 "| (5) reload, edit to writes still: reconciles per parent by trigger; CPU {} |",
@@ -616,6 +623,17 @@ impl Report<'_> {
 
 /// Reconciles per parent by what queued them, and the CPU each took on average:
 /// `2.0 (child_event 0.9, parent_event 1.1); 2.50 ms CPU per reconcile`.
+/// "ruleop 1.50, API server 3.60 of 5.60 the cores had": who used the CPU over a window.
+fn window_cpu_text(cpu: &WindowCpu) -> String {
+    let seconds = |s: Option<f64>| s.map_or("-".to_owned(), |s| format!("{s:.2}"));
+    let operator = cpu.operator_s.map(|s| format!("ruleop {s:.2}, ")).unwrap_or_default();
+    format!(
+        "{operator}API server {} of {:.2} the cores had",
+        seconds(cpu.apiserver_s),
+        cpu.available_s
+    )
+}
+
 fn reconciles_text(triggers: &std::collections::BTreeMap<String, u64>, n: usize, cpu_s: Option<f64>) -> String {
     let all: u64 = triggers.values().sum();
     let by: Vec<String> = triggers
