@@ -72,7 +72,11 @@ impl ControlPlane {
     /// The CPU seconds of its process (kube-apiserver, etcd and the controllers run in one),
     /// from the pid `ctl.sh` keeps; `None` when it is not running.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let pid = std::fs::read_to_string(self.state.join("pid")).ok()?.trim().parse().ok()?;
+        let pid = std::fs::read_to_string(self.state.join("pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
         crate::process::cpu_seconds(pid)
     }
 }

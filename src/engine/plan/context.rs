@@ -116,32 +116,46 @@ impl ParentRef {
 
 /// Builds the context of templates and expressions: `object`, `metadata`, `spec`, `status`,
 /// `children` (observed children by id), `rule` (`name`), plus `extra` entries (e.g. `action`).
+/// The parent is converted once: `metadata`, `spec` and `status` share its maps.
 pub(crate) fn build(
     parent: &Value,
     children: &BTreeMap<String, &Value>,
     rule_name: &str,
     extra: Option<(&str, Value)>,
 ) -> minijinja::Value {
-    let field = |name: &str| parent.get(name).cloned().unwrap_or_else(|| json!({}));
-    let mut context = serde_json::Map::new();
-    context.insert("object".to_owned(), parent.clone());
-    context.insert("metadata".to_owned(), field("metadata"));
-    context.insert("spec".to_owned(), field("spec"));
-    context.insert("status".to_owned(), field("status"));
-    context.insert(
-        "children".to_owned(),
-        serde_json::to_value(children).unwrap_or_default(),
-    );
-    context.insert("rule".to_owned(), json!({ "name": rule_name }));
+    let object = template::to_value(parent);
+    // A missing field reads as an empty mapping (a JSON null stays none).
+    let field = |name: &str| match object.get_attr(name) {
+        Ok(value) if !value.is_undefined() => value,
+        _ => minijinja::Value::from(BTreeMap::<String, minijinja::Value>::new()),
+    };
+    let mut context = BTreeMap::from([
+        (minijinja::Value::from("metadata"), field("metadata")),
+        ("spec".into(), field("spec")),
+        ("status".into(), field("status")),
+        ("children".into(), template::to_value(children)),
+        ("rule".into(), minijinja::context! { name => rule_name }),
+    ]);
+    context.insert("object".into(), object);
     if let Some((key, value)) = extra {
-        context.insert(key.to_owned(), value);
+        context.insert(key.into(), template::to_value(&value));
     }
-    template::to_value(&context)
+    minijinja::Value::from(context)
 }
 
 /// `base` with `entries` added or replacing its own: a lazy merge, the base is not copied.
 pub(crate) fn extend(base: &minijinja::Value, entries: serde_json::Map<String, Value>) -> minijinja::Value {
     layer(base, template::to_value(&entries))
+}
+
+/// [`extend`] with entries that are template values already (not copied again).
+pub(crate) fn extend_with<'k>(
+    base: &minijinja::Value,
+    entries: impl IntoIterator<Item = (&'k str, minijinja::Value)>,
+) -> minijinja::Value {
+    let entries: BTreeMap<minijinja::Value, minijinja::Value> =
+        entries.into_iter().map(|(k, v)| (k.into(), v)).collect();
+    layer(base, minijinja::Value::from(entries))
 }
 
 /// `base` seen through `top`: a key of `top` hides the same key of `base` (minijinja's

@@ -32,7 +32,7 @@ use serde_json::{Map, Value, json};
 
 use crate::engine::rules::Rule;
 use crate::engine::rules::model::ActionTrigger;
-use crate::engine::template::{RenderError, Renderer};
+use crate::engine::template::{self, RenderError, Renderer};
 use actions::{ActionDecision, Scope};
 use children::{Declared, DesiredChild, ObjectRef, Placement};
 use context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
@@ -341,12 +341,15 @@ fn plan_parent(
     let by_id = grouped.singles();
     let parent_context = context::build(parent, &BTreeMap::new(), &rule.name, None);
     let (lookups_read, looked_up) = lookups::resolve(renderer, rule, &parent_ref, &parent_context, lookups)?;
-    let mut entries = Map::new();
-    entries.insert("children".to_owned(), grouped.to_context());
-    entries.insert("lookups".to_owned(), looked_up);
     let runs = actions::runs_context(rule, parent, &ours);
-    entries.insert("actions".to_owned(), runs.clone());
-    let base = context::extend(&parent_context, entries);
+    let base = context::extend_with(
+        &parent_context,
+        [
+            ("children", grouped.to_context()),
+            ("lookups", template::to_value(&looked_up)),
+            ("actions", template::to_value(&runs)),
+        ],
+    );
     let live = Live {
         renderer,
         rule,

@@ -1,16 +1,20 @@
 //! Observed children grouped by child id: one object, or for a `forEach` child a map from item
 //! key to object (what `children.<id>` shows templates).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::context::LABEL_CHILD;
 use super::foreach;
 use crate::engine::rules::Rule;
 
-/// The observed objects of one child id.
-#[derive(Debug, Clone)]
+/// The observed objects of one child id (serialised as `children.<id>` shows it: the object, or
+/// a map from item key to object).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
 pub(crate) enum Group<'a> {
     /// A plain child.
     One(&'a Value),
@@ -18,8 +22,9 @@ pub(crate) enum Group<'a> {
     Items(BTreeMap<String, &'a Value>),
 }
 
-/// A parent's observed children, by child id.
-#[derive(Debug, Clone, Default)]
+/// A parent's observed children, by child id (serialised as the `children` context entry).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(transparent)]
 pub(crate) struct Observed<'a> {
     by_id: BTreeMap<String, Group<'a>>,
 }
@@ -76,26 +81,21 @@ impl<'a> Observed<'a> {
     }
 
     /// `children.<id>` as a value: the object, or a map from item key to object.
-    pub(crate) fn value(&self, id: &str) -> Option<Value> {
+    pub(crate) fn value(&self, id: &str) -> Option<Cow<'a, Value>> {
         self.by_id.get(id).map(|group| match group {
-            Group::One(object) => (*object).clone(),
-            Group::Items(items) => Value::Object(
+            Group::One(object) => Cow::Borrowed(*object),
+            Group::Items(items) => Cow::Owned(Value::Object(
                 items
                     .iter()
                     .map(|(key, object)| (key.clone(), (*object).clone()))
                     .collect(),
-            ),
+            )),
         })
     }
 
-    /// Every child as the `children` context entry.
-    pub(crate) fn to_context(&self) -> Value {
-        let map: Map<String, Value> = self
-            .by_id
-            .keys()
-            .filter_map(|id| Some((id.clone(), self.value(id)?)))
-            .collect();
-        Value::Object(map)
+    /// Every child as the `children` context entry, converted once.
+    pub(crate) fn to_context(&self) -> minijinja::Value {
+        crate::engine::template::to_value(self)
     }
 }
 

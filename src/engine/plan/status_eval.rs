@@ -48,7 +48,7 @@ pub(crate) fn evaluate(
                 .and_then(|v| json_of(&v).map_err(|message| RenderError::in_template(&label, message))),
             FieldSource::FromChild(from) => Ok(children
                 .value(&from.child)
-                .and_then(|child| first_match(&child, &from.json_path))
+                .and_then(|child| first_match(child.as_ref(), &from.json_path))
                 .unwrap_or(Value::Null)),
         };
         let value = match computed {

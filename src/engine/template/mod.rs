@@ -7,6 +7,7 @@
 //! (and an inline template's name ends in its field path, say `status.fields.html`).
 
 pub(crate) mod callees;
+mod expressions;
 pub(crate) mod functions;
 pub(crate) mod inert;
 pub(crate) mod placeholder;
@@ -74,6 +75,8 @@ impl RenderError {
 pub struct Renderer {
     yaml: Environment<'static>,
     text: Environment<'static>,
+    /// The rules' expressions, compiled once against `text`.
+    expressions: expressions::Expressions,
 }
 
 /// A compile error of one template or inline string.
@@ -118,6 +121,7 @@ impl Default for Renderer {
         Renderer {
             yaml,
             text: strict_environment(),
+            expressions: expressions::Expressions::default(),
         }
     }
 }
@@ -186,12 +190,8 @@ impl Renderer {
 
     /// Evaluates an expression to a value (`when`, conditions).
     pub fn eval(&self, label: &str, expression: &str, context: &Value) -> Result<Value, RenderError> {
-        let compiled = self
-            .text
-            .compile_expression(expression)
-            .map_err(|e| RenderError::from_minijinja(&e, label))?;
-        compiled
-            .eval(context)
+        self.expressions
+            .eval(&self.text, expression, context)
             .map_err(|e| RenderError::from_minijinja(&e, label))
     }
 
