@@ -36,10 +36,12 @@ pub(crate) fn with_desired_hash(child: &DesiredChild) -> Value {
     object
 }
 
-/// Applies one child unless `live` already covers it, or what its update strategy says instead.
+/// Applies one child (`desired`: its object [`with_desired_hash`]) unless `live` already covers
+/// it, or what its update strategy says instead.
 pub(crate) async fn apply_child(
     cluster: &Cluster<'_>,
     child: &DesiredChild,
+    desired: &Value,
     live: Option<&Value>,
 ) -> Result<ChildOutcome, ApplyError> {
     match child.update {
@@ -53,8 +55,7 @@ pub(crate) async fn apply_child(
             return Ok(ChildOutcome::DeletedToRecreate);
         }
     }
-    let desired = with_desired_hash(child);
-    if live.is_some_and(|live| compare::covers(live, &desired)) {
+    if live.is_some_and(|live| compare::covers(live, desired)) {
         return Ok(ChildOutcome::Unchanged);
     }
     if live.is_none() {
@@ -64,7 +65,7 @@ pub(crate) async fn apply_child(
     let api = cluster.api(&target.api_version, &target.kind, &target.namespace)?;
     let params = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
     cluster.count_write("PATCH", &target.kind);
-    match api.patch(&target.name, &params, &Patch::Apply(&desired)).await {
+    match api.patch(&target.name, &params, &Patch::Apply(desired)).await {
         Ok(applied) => Ok({
             remember(cluster, child, applied.metadata.resource_version.as_deref());
             if live.is_some() {
@@ -82,7 +83,7 @@ pub(crate) async fn apply_child(
                 delete(cluster, target).await?;
                 cluster.count_write("PATCH", &target.kind);
                 let applied = api
-                    .patch(&target.name, &params, &Patch::Apply(&desired))
+                    .patch(&target.name, &params, &Patch::Apply(desired))
                     .await
                     .map_err(|source| ApplyError::Child {
                         target: target.clone(),
@@ -93,7 +94,7 @@ pub(crate) async fn apply_child(
             }
         },
         Err(kube::Error::Api(status)) if status.code == 422 && live.is_some() => {
-            repair_drift(cluster, &api, target, &desired, &params).await?;
+            repair_drift(cluster, &api, target, desired, &params).await?;
             Ok(ChildOutcome::Updated)
         }
         Err(source) => Err(ApplyError::Child {

@@ -40,14 +40,16 @@ pub(crate) async fn apply_plan(
                 .find(|o| ChildRef::of(o).as_ref() == Some(&child.target))
         })
         .collect();
-    let hold = hold_drift_repairs(cluster, handle, &plan, &lives);
+    // Each child as it is sent: the rendered object stamped with its digest, made once.
+    let stamped: Vec<Value> = plan.children.iter().map(with_desired_hash).collect();
+    let hold = hold_drift_repairs(cluster, handle, &plan, &stamped, &lives);
     // Children are independent: apply them side by side, one round trip instead of one each.
-    let applied = futures::future::join_all(plan.children.iter().zip(&lives).zip(&hold).map(
-        |((child, live), hold)| async move {
+    let applied = futures::future::join_all(plan.children.iter().zip(&stamped).zip(&lives).zip(&hold).map(
+        |(((child, desired), live), hold)| async move {
             if *hold {
                 return Ok(ChildOutcome::Unchanged);
             }
-            apply_child(cluster, child, *live).await
+            apply_child(cluster, child, desired, *live).await
         },
     ))
     .await;
@@ -190,14 +192,16 @@ fn hold_drift_repairs(
     cluster: &Cluster<'_>,
     handle: &ParentHandle,
     plan: &Plan,
+    stamped: &[Value],
     lives: &[Option<&Value>],
 ) -> Vec<bool> {
     let drifted: Vec<bool> = plan
         .children
         .iter()
+        .zip(stamped)
         .zip(lives)
-        .map(|(child, live)| {
-            child.update.is_apply() && live.is_some_and(|live| drift_limit::is_drift(&with_desired_hash(child), live))
+        .map(|((child, desired), live)| {
+            child.update.is_apply() && live.is_some_and(|live| drift_limit::is_drift(desired, live))
         })
         .collect();
     let Some(first) = drifted.iter().position(|d| *d) else {

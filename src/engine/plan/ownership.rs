@@ -32,17 +32,32 @@ pub(crate) fn owned<'a>(
     candidates: &'a [Value],
     lookups: &dyn LookupSource,
 ) -> Vec<&'a Value> {
-    // Namespaces first: a proven Namespace child makes its namespace one the parent owns.
+    let namespaces = owned_namespaces(rule, parent, candidates, lookups);
+    candidates
+        .iter()
+        .filter(|o| proves(rule, parent, &namespaces, lookups, o))
+        .collect()
+}
+
+/// [`owned`] in place: drops from `candidates` what is not proven this parent's, copying nothing.
+pub(crate) fn retain_owned(rule: &Rule, parent: &ParentRef, candidates: &mut Vec<Value>, lookups: &dyn LookupSource) {
+    let namespaces = owned_namespaces(rule, parent, candidates, lookups);
+    candidates.retain(|o| proves(rule, parent, &namespaces, lookups, o));
+}
+
+/// Namespaces first: a proven Namespace child makes its namespace one the parent owns.
+fn owned_namespaces(
+    rule: &Rule,
+    parent: &ParentRef,
+    candidates: &[Value],
+    lookups: &dyn LookupSource,
+) -> BTreeSet<String> {
     let none = BTreeSet::new();
-    let namespaces: BTreeSet<String> = candidates
+    candidates
         .iter()
         .filter(|o| is_namespace(o) && proves(rule, parent, &none, lookups, o))
         .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
         .map(str::to_owned)
-        .collect();
-    candidates
-        .iter()
-        .filter(|o| proves(rule, parent, &namespaces, lookups, o))
         .collect()
 }
 

@@ -319,7 +319,7 @@ async fn reconcile_parent(
         egress: &ctx.shared.egress_deny,
         deliveries: &ctx.deliveries,
     };
-    let observed: Vec<Value> = if parent.meta().deletion_timestamp.is_some() {
+    let mut observed: Vec<Value> = if parent.meta().deletion_timestamp.is_some() {
         // The finalizer is removed on what this says: read it fresh, not from a lagging cache.
         cleanup::list_owned(&cluster, &rule.owned_kinds(), &uid).await?
     } else {
@@ -327,13 +327,9 @@ async fn reconcile_parent(
     };
     // The caches and the fresh list select by label, which anyone can copy: only objects proven
     // to be this parent's count, for the plan and for the live view the applies compare with.
-    let observed: Vec<Value> = match ParentRef::read(&parent_json) {
-        Ok(parent_ref) => ownership::owned(rule, &parent_ref, &observed, &ctx.lookups)
-            .into_iter()
-            .cloned()
-            .collect(),
-        Err(_) => observed,
-    };
+    if let Ok(parent_ref) = ParentRef::read(&parent_json) {
+        ownership::retain_owned(rule, &parent_ref, &mut observed, &ctx.lookups);
+    }
     let handle = ParentHandle {
         api: if ctx.parent_kind.namespaced {
             Api::namespaced_with(writer.client.clone(), namespace, &ctx.parent_kind.resource)
