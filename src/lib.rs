@@ -19,3 +19,5 @@ pub mod engine;
 pub mod ha;
 pub(crate) mod ops;
 pub(crate) mod runtime;
+
+pub use apply::FIELD_MANAGER;

@@ -122,7 +122,7 @@ pub struct RunResult {
     pub reload: Option<Duration>,
     /// What that reload cost, from the edit to the API server's writes going still.
     pub reload_work: Option<ReloadWork>,
-    /// The same N Service applies sent by the harness alone, 20 at once (`reload_floor`).
+    /// The same N Service applies sent by the harness alone, as many at once as the reload runs (`reload_floor`).
     pub reload_floor: Option<(Duration, WindowCpu)>,
     /// The same with the rule's `reloadConcurrency` set to each of `BENCH_RELOAD_SWEEP`.
     pub reload_sweep: Vec<(u16, Duration)>,

@@ -28,7 +28,7 @@ use crate::engine::plan::children::ObjectRef;
 use crate::ops::Observability;
 
 /// The field manager of every apply.
-pub(crate) const FIELD_MANAGER: &str = "ruleop";
+pub const FIELD_MANAGER: &str = "ruleop";
 
 /// A failed write.
 #[derive(Debug, thiserror::Error)]

@@ -8,12 +8,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
-/// How many more reconciles than `maxConcurrentReconciles` a rule reload may run at once, as a
-/// multiple of it: a template edit re-reconciles every parent, and each of those reconciles is
-/// mostly one apply waiting on the API server, so the burst is bounded by the server's latency,
-/// not by our CPU.
-pub(crate) const RELOAD_BURST_FACTOR: usize = 3;
-
 /// Which pool a worker came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pool {
@@ -148,14 +142,11 @@ impl Drop for Queued<'_> {
 }
 
 impl Workers {
-    /// `concurrency` workers (at least one), and a reload burst that lets `reload_concurrency`
-    /// reconciles run at once in all (the rule's `reloadConcurrency`; by default
-    /// [`RELOAD_BURST_FACTOR`] times `concurrency` more).
-    pub(crate) fn new(concurrency: u16, reload_concurrency: Option<u16>) -> Self {
+    /// `concurrency` workers (at least one), and a reload burst that lets `reload_in_flight`
+    /// reconciles run at once in all (`RuleSpec::reload_in_flight`).
+    pub(crate) fn new(concurrency: u16, reload_in_flight: u16) -> Self {
         let concurrency = usize::from(concurrency.max(1));
-        let burst = reload_concurrency.map_or(concurrency * RELOAD_BURST_FACTOR, |all| {
-            usize::from(all).saturating_sub(concurrency)
-        });
+        let burst = usize::from(reload_in_flight).saturating_sub(concurrency);
         Workers(Arc::new(Shared {
             state: Mutex::new(State {
                 free_slots: concurrency,
@@ -263,6 +254,7 @@ impl Workers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::rules::model::RELOAD_BURST_FACTOR;
     use std::time::Duration;
 
     /// Queues one waiter per `(namespace, burst)` in order (each polled once, so queued), frees
@@ -300,7 +292,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn parents_of_one_namespace_get_a_worker_in_the_order_they_were_queued() {
-        let workers = Workers::new(2, None);
+        let workers = Workers::new(2, 2 * (1 + RELOAD_BURST_FACTOR));
         let held = hold(&workers, 2).await;
         let queued = vec![("a", false); 50];
         let served = order_served(&workers, held, &queued).await;
@@ -310,7 +302,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_quiet_namespace_is_served_in_the_next_turn_however_many_a_busy_one_queued() {
-        let workers = Workers::new(1, None);
+        let workers = Workers::new(1, 1 + RELOAD_BURST_FACTOR);
         let held = hold(&workers, 1).await;
         let mut queued = vec![("busy", false); 1000];
         queued.push(("quiet", false));
@@ -331,7 +323,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn namespaces_take_turns_one_parent_each() {
-        let workers = Workers::new(1, None);
+        let workers = Workers::new(1, 1 + RELOAD_BURST_FACTOR);
         let held = hold(&workers, 1).await;
         let queued = [
             ("a", false),
@@ -347,7 +339,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_reload_may_use_the_burst_workers_and_nothing_else_may() {
-        let workers = Workers::new(1, None);
+        let workers = Workers::new(1, 1 + RELOAD_BURST_FACTOR);
         let _slot = workers.acquire("ns", false).await.expect("a slot");
         let mut burst = Vec::new();
         for _ in 0..RELOAD_BURST_FACTOR {
@@ -372,7 +364,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_rules_reload_concurrency_bounds_all_a_reload_runs_at_once() {
-        let workers = Workers::new(2, Some(5));
+        let workers = Workers::new(2, 5);
         let mut held = Vec::new();
         for _ in 0..5 {
             let worker = tokio::time::timeout(Duration::from_secs(1), workers.acquire("ns", true)).await;
@@ -385,7 +377,7 @@ mod tests {
             "five in all"
         );
         drop(held);
-        let equal = Workers::new(3, Some(3));
+        let equal = Workers::new(3, 3);
         let _slots: Vec<_> = futures::future::join_all((0..3).map(|_| equal.acquire("ns", true))).await;
         assert!(
             tokio::time::timeout(Duration::from_millis(50), equal.acquire("ns", true))
@@ -397,7 +389,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_freed_burst_worker_goes_to_a_reload_behind_other_waiters() {
-        let workers = Workers::new(1, None);
+        let workers = Workers::new(1, 1 + RELOAD_BURST_FACTOR);
         let _slot = workers.acquire("ns", false).await.expect("a slot");
         let mut burst = Vec::new();
         for _ in 0..RELOAD_BURST_FACTOR {
@@ -426,7 +418,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_stopping_controller_hands_out_no_more_workers() {
-        let workers = Workers::new(1, None);
+        let workers = Workers::new(1, 1 + RELOAD_BURST_FACTOR);
         let slot = workers.acquire("ns", false).await;
         let waiter = tokio::spawn({
             let workers = workers.clone();
@@ -443,7 +435,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_worker_granted_to_a_reconcile_that_was_dropped_goes_to_the_next_one() {
-        let workers = Workers::new(1, None);
+        let workers = Workers::new(1, 1 + RELOAD_BURST_FACTOR);
         let slot = workers.acquire("ns", false).await.expect("a slot");
         let dropped = tokio::spawn({
             let workers = workers.clone();

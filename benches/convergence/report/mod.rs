@@ -313,7 +313,7 @@ impl Report<'_> {
         if let Some((floor, cpu)) = self.run(n, "ruleop").and_then(|r| r.reload_floor) {
             let _ = writeln!(
                 md,
-                "| (5) reload's floor: the N Service applies alone, from the harness, 20 at once (s, no debounce; CPU \
+                "| (5) reload's floor: the N Service applies alone, from the harness, as many at once as the reload (s, no debounce; CPU \
                  s meanwhile) {} |",
                 cells(&format!("{:.2} ({})", floor.as_secs_f64(), window_cpu_text(&cpu)))
             );

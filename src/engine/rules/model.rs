@@ -47,6 +47,12 @@ pub(crate) struct RuleMetadata {
 /// Parents of one rule reconciled at once when its `maxConcurrentReconciles` does not say.
 pub(crate) const DEFAULT_CONCURRENCY: u16 = 5;
 
+/// How many more reconciles than `maxConcurrentReconciles` a rule reload may run at once by
+/// default, as a multiple of it: a template edit re-reconciles every parent, and each of those
+/// reconciles is mostly one apply waiting on the API server, so the burst is bounded by the
+/// server's latency, not by our CPU.
+pub(crate) const RELOAD_BURST_FACTOR: u16 = 3;
+
 /// What a rule watches and what it produces for each watched object (the parent).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -121,6 +127,15 @@ impl RuleSpec {
         self.max_concurrent_reconciles
             .as_ref()
             .map_or(DEFAULT_CONCURRENCY, |c| c.value)
+    }
+
+    /// Reconciles a change of this rule runs at once: `reloadConcurrency`, or by default
+    /// [`Self::concurrency`] plus a burst of [`RELOAD_BURST_FACTOR`] times as many.
+    pub fn reload_in_flight(&self) -> u16 {
+        self.reload_concurrency.as_ref().map_or_else(
+            || self.concurrency().saturating_mul(1 + RELOAD_BURST_FACTOR),
+            |c| c.value,
+        )
     }
 }
 

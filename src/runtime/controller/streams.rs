@@ -189,10 +189,7 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
         }
     });
     let (stop, stop_rx) = oneshot::channel::<()>();
-    let workers = Arc::new(Workers::new(
-        rule.spec.concurrency(),
-        rule.spec.reload_concurrency.as_ref().map(|c| c.value),
-    ));
+    let workers = Arc::new(Workers::new(rule.spec.concurrency(), rule.spec.reload_in_flight()));
     let children_synced = synced_signal(&children.iter().map(|(_, index)| index.clone()).collect::<Vec<_>>());
     let events = Arc::new(events::EventLog::new(shared.client.clone()));
     let context = Arc::new(RuleContext {
