@@ -1,7 +1,7 @@
 //! Logs (text or JSON on stderr) and, with the `otlp` cargo feature and `--otlp-endpoint`, the
 //! same spans exported as OpenTelemetry traces over OTLP/HTTP (protobuf): one trace per
 //! reconcile, its `reconcile` span carrying `rule`, `namespace`, `parent`, `generation` and
-//! `trigger`, inside kube's `reconciling object` span.
+//! `trigger`, inside kube's `reconciling object` span (which logs leave out by default).
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -25,14 +25,25 @@ impl Drop for Telemetry {
     }
 }
 
-/// Installs the global subscriber: logs (JSON lines when `json`, else text) filtered by `RUST_LOG` (default
-/// `info,kube=warn,kube_runtime::controller=info`) and, given an endpoint, OTLP trace export.
-/// Fails (before anything is installed) when an endpoint is given to a build without the
-/// `otlp` feature, or when the exporter cannot be built.
+/// What is logged when `RUST_LOG` does not say.
+const DEFAULT_FILTER: &str = "info,kube=warn";
+/// The same with kube's `reconciling object` span, the parent of each reconcile's span, for trace
+/// export. Logs leave it out: each `reconcile` span carries the same fields, and kube enters and
+/// leaves its span on every poll of a reconcile, 7% of the operator's CPU in a profile of 1,000
+/// Databases converging (bench/README.md, 2026-12-07).
+const DEFAULT_FILTER_TRACES: &str = "info,kube=warn,kube_runtime::controller=info";
+
+/// Installs the global subscriber: logs (JSON lines when `json`, else text) filtered by `RUST_LOG`
+/// (default [`DEFAULT_FILTER`], or [`DEFAULT_FILTER_TRACES`] when exporting traces) and, given an
+/// endpoint, OTLP trace export. Fails (before anything is installed) when an endpoint is given to
+/// a build without the `otlp` feature, or when the exporter cannot be built.
 pub(crate) fn init(json: bool, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
-    // kube's `reconciling object` span is kept: it is the parent of each reconcile's span.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,kube_runtime::controller=info"));
+    let default = if otlp_endpoint.is_some() {
+        DEFAULT_FILTER_TRACES
+    } else {
+        DEFAULT_FILTER
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let logs: Box<dyn Layer<Registry> + Send + Sync> = if json {
         tracing_subscriber::fmt::layer()
             .json()

@@ -37,7 +37,8 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 /// Runs one reconcile once it has a worker, in a span of its own (`rule`, `namespace`, `parent`,
 /// `generation`, `trigger`), so every log line of the reconcile carries them. The trigger is
 /// taken when kube starts the reconcile: what comes while it waits for a worker makes kube run
-/// the parent again afterwards. The span's parent is kube's `reconciling object` span (JSON logs
+/// the parent again afterwards. The span's parent is kube's `reconciling object` span when that
+/// is enabled (trace export, or `RUST_LOG` naming `kube_runtime::controller=info`; JSON logs then
 /// list both).
 pub(super) fn reconcile(
     parent: Arc<DynamicObject>,
