@@ -445,7 +445,6 @@ async fn reload(
     std::fs::write(&aside, edited)?;
     let writes_before = apiserver_writes(&ctx.client).await?;
     let triggers_before = op.reconcile_triggers().await;
-    let cpu_before = op.cpu_seconds();
     let window = CpuWindow::start(ctx.plane, Some(&op));
     let start = Instant::now();
     std::fs::rename(&aside, &service)?;
@@ -461,7 +460,7 @@ async fn reload(
     }
     triggers.retain(|_, count| *count > 0);
     let work = ReloadWork {
-        cpu_s: op.cpu_seconds().zip(cpu_before).map(|(after, before)| after - before),
+        cpu_s: window.stop().operator_s,
         triggers,
         writes: diff(&writes_after, &writes_before),
         cpu_to_updated,
