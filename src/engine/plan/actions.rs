@@ -21,7 +21,7 @@ use super::schedule::{Schedule, Slot};
 use crate::engine::rules::Rule;
 use crate::engine::rules::load::hex;
 use crate::engine::rules::model::{ActionSpec, ActionTrigger, HeaderValue, SecretKeyRef};
-use crate::engine::template::Renderer;
+use crate::engine::template::{self, Renderer};
 
 /// Annotation carrying the idempotency key on created objects.
 pub const ANNOTATION_KEY: &str = "ruleop.io/idempotency-key";
@@ -370,7 +370,7 @@ fn scheduled_slot(
     let at = || crate::engine::diagnostic::SourceLocation::from_span(&rule.file, &action.id.referenced).to_string();
     let invalid =
         |message: String| PlanError::InvalidParent(format!("{}: action {}: {message}", at(), action.id.value));
-    let expression = if crate::engine::template::is_template(written) {
+    let expression = if template::is_template(written) {
         let name = rule.inline_template(&format!("actions.{}.guard.schedule", action.id.value));
         renderer.render_text(&name, scope.context)?.trim().to_owned()
     } else {
@@ -539,9 +539,7 @@ fn run(
     let (id, parent_ref) = (action.id.value.as_str(), scope.parent_ref);
     let name = object_name(&parent_ref.name, id, &key);
     let action_value = json!({"id": id, "key": key, "name": name, "guardValue": guard_value});
-    let mut entries = serde_json::Map::new();
-    entries.insert("action".to_owned(), action_value);
-    let context = context::extend(scope.context, entries);
+    let context = context::extend_with(scope.context, [("action", template::to_value(&action_value))]);
     let effect = if let Some(create) = &action.create {
         let declared = Declared {
             id,

@@ -144,11 +144,6 @@ pub(crate) fn build(
 }
 
 /// `base` with `entries` added or replacing its own: a lazy merge, the base is not copied.
-pub(crate) fn extend(base: &minijinja::Value, entries: serde_json::Map<String, Value>) -> minijinja::Value {
-    layer(base, template::to_value(&entries))
-}
-
-/// [`extend`] with entries that are template values already (not copied again).
 pub(crate) fn extend_with<'k>(
     base: &minijinja::Value,
     entries: impl IntoIterator<Item = (&'k str, minijinja::Value)>,

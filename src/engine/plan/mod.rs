@@ -450,9 +450,8 @@ fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan,
         selected.push(Selected { child, items });
     }
     let readiness = order::readiness(renderer, rule, &selected, grouped, base);
-    let mut entries = Map::new();
-    entries.insert("ready".to_owned(), order::ready_context(&readiness));
-    let context = context::extend(base, entries);
+    let ready = template::to_value(&order::ready_context(&readiness));
+    let context = context::extend_with(base, [("ready", ready)]);
 
     let mut desired = Vec::new();
     let mut waiting = Vec::new();
@@ -562,7 +561,7 @@ fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan,
     // own field or condition (Unknown), never the children it reports on. It sees the runs
     // decided now as done, so the status written with a run already reports it.
     let status_context = match actions::after_runs(runs, &actions, parent, now) {
-        Some(after) => context::extend(&context, Map::from_iter([("actions".to_owned(), after)])),
+        Some(after) => context::extend_with(&context, [("actions", template::to_value(&after))]),
         None => context.clone(),
     };
     let evaluated = status_eval::evaluate(renderer, rule, grouped, &status_context);
