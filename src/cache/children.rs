@@ -8,7 +8,7 @@
 //! `engine::plan::ownership` (ownerReference or annotation, namespace), never by this index.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -18,12 +18,17 @@ use tokio::sync::watch;
 use crate::cache::packed::{Packed, Packer};
 use crate::engine::plan::context::LABEL_PARENT_UID;
 
+/// A string held once however many maps name it: an object's key, its parent's UID.
+type Shared = Arc<str>;
+
 #[derive(Debug, Default)]
 struct Children {
-    /// parent UID -> ("namespace/name" -> object as JSON text)
-    by_parent: HashMap<String, HashMap<String, Packed>>,
-    /// "namespace/name" -> parent UID, to move or drop an object on update and delete.
-    parent_of: HashMap<String, String>,
+    /// parent UID -> its objects of this kind ("namespace/name", JSON text). A parent has one or
+    /// a few: a short list takes a fraction of the memory of a map of its own.
+    by_parent: HashMap<Shared, Vec<(Shared, Packed)>>,
+    /// "namespace/name" -> parent UID, to move or drop an object on update and delete (the same
+    /// strings as in `by_parent`).
+    parent_of: HashMap<Shared, Shared>,
     /// Objects of a relist in progress (already as text: a relist of every child at start-up
     /// must not hold them all as object trees), swapped in whole when it completes.
     relist: Option<Vec<Entry>>,
@@ -77,15 +82,25 @@ fn key(object: &DynamicObject) -> String {
 
 impl Children {
     fn insert(&mut self, object: &DynamicObject, packer: &Packer) {
-        self.remove(&key(object));
-        if let Some(entry) = Entry::of(object, packer) {
-            self.insert_entry(entry);
+        match Entry::of(object, packer) {
+            Some(entry) => self.insert_entry(entry),
+            None => self.remove(&key(object)),
         }
     }
 
+    /// Files `entry` under its parent, in place of the object of the same key if one is held.
     fn insert_entry(&mut self, Entry { key, parent, text }: Entry) {
+        self.remove(&key);
+        let key = Shared::from(key);
+        let parent = match self.by_parent.get_key_value(parent.as_str()) {
+            Some((held, _)) => held.clone(),
+            None => Shared::from(parent),
+        };
         self.parent_of.insert(key.clone(), parent.clone());
-        self.by_parent.entry(parent).or_default().insert(key, text);
+        self.by_parent
+            .entry(parent)
+            .or_insert_with(|| Vec::with_capacity(1))
+            .push((key, text));
     }
 
     fn len(&self) -> usize {
@@ -94,10 +109,10 @@ impl Children {
 
     fn remove(&mut self, key: &str) {
         if let Some(parent) = self.parent_of.remove(key)
-            && let Some(children) = self.by_parent.get_mut(&parent)
+            && let Some(siblings) = self.by_parent.get_mut(&parent)
         {
-            children.remove(key);
-            if children.is_empty() {
+            siblings.retain(|(held, _)| &**held != key);
+            if siblings.is_empty() {
                 self.by_parent.remove(&parent);
             }
         }
@@ -144,7 +159,10 @@ impl ChildIndex {
             .children
             .read()
             .ok()
-            .and_then(|c| c.by_parent.get(parent_uid).map(|m| m.values().cloned().collect()))
+            .and_then(|c| {
+                let siblings = c.by_parent.get(parent_uid)?;
+                Some(siblings.iter().map(|(_, text)| text.clone()).collect())
+            })
             .unwrap_or_default();
         texts.iter().filter_map(|text| self.packer.unpack(text)).collect()
     }
@@ -224,5 +242,20 @@ mod tests {
         index.apply(&Event::Delete(child("c", "p2")));
         assert_eq!(index.children_of("p2").len(), 1);
         assert!(*index.synced().borrow());
+    }
+
+    #[test]
+    fn an_update_replaces_the_object_it_updates() {
+        let index = ChildIndex::default();
+        index.apply(&Event::Apply(child("a", "p1")));
+        index.apply(&Event::Apply(child("a", "p1")));
+        index.apply(&Event::Apply(child("b", "p1")));
+        assert_eq!(index.children_of("p1").len(), 2);
+        assert_eq!(index.len(), 2);
+        let mut unlabelled = child("a", "p1");
+        unlabelled.metadata.labels = None;
+        index.apply(&Event::Apply(unlabelled));
+        assert_eq!(index.children_of("p1").len(), 1, "no longer ours to index");
+        assert_eq!(index.len(), 1);
     }
 }

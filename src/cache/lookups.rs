@@ -36,7 +36,9 @@ pub(crate) struct LookupIndex {
 #[derive(Debug, Default)]
 struct IndexInner {
     readers: HashMap<LookupKey, HashSet<ParentKey>>,
-    read: HashMap<ParentKey, Vec<LookupKey>>,
+    /// Held for as long as the parent lives: exactly as long as it is (a plan's list of what it
+    /// read grows by doubling, to four keys for its first one).
+    read: HashMap<ParentKey, Box<[LookupKey]>>,
 }
 
 impl LookupIndex {
@@ -48,7 +50,7 @@ impl LookupIndex {
             inner.readers.entry(key.clone()).or_default().insert(parent.clone());
         }
         if !keys.is_empty() {
-            inner.read.insert(parent, keys);
+            inner.read.insert(parent, keys.into_boxed_slice());
         }
     }
 

@@ -140,7 +140,12 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
     let controller = Controller::for_stream_with(parents, parent_store.clone(), parent_kind.resource.clone());
     let (mut controller, children) = watch_children(controller, &shared, rule, kinds, &parent_kind, &triggers)?;
     if shared.writers.is_sharded() {
-        let taken = parents_of_taken_shards(&shared.writers, parent_store.clone(), parent_kind.resource.clone());
+        let taken = parents_of_taken_shards(
+            &shared.writers,
+            parent_store.clone(),
+            bodies.clone(),
+            parent_kind.resource.clone(),
+        );
         controller = queue_on(controller, &triggers, Trigger::ShardTaken, taken);
     }
     // Lookups may read shared objects (a platform namespace), so a lookup that names a
@@ -413,6 +418,7 @@ const SETTLED_PARENTS_DELAY: Duration = Duration::from_millis(250);
 fn parents_of_taken_shards(
     writers: &Arc<crate::ha::shard::Writers>,
     store: kube::runtime::reflector::Store<DynamicObject>,
+    bodies: Arc<ParentIndex>,
     resource: ApiResource,
 ) -> impl futures::Stream<Item = ObjectRef<DynamicObject>> + Send + 'static {
     let shards = writers.count();
@@ -422,7 +428,10 @@ fn parents_of_taken_shards(
             .state()
             .into_iter()
             .filter(|p| crate::ha::shard::shard_of(&p.uid().unwrap_or_default(), shards) == shard)
-            .partition(|p| p.data["status"]["observedGeneration"].as_i64() != p.meta().generation);
+            .partition(|p| {
+                let (namespace, name) = (p.namespace().unwrap_or_default(), p.name_any());
+                !bodies.settled(&namespace, &name, p.meta().generation)
+            });
         debug!(
             shard,
             changed = changed.len(),
