@@ -15,6 +15,8 @@ pub struct AuditedWrite {
     pub verb: String,
     /// `resource[/subresource]`, e.g. `databases/status`.
     pub resource: String,
+    /// The API group (`""` for the core group).
+    pub group: String,
     /// `namespace/name`, or the name alone for cluster-scoped objects.
     pub object: String,
     /// The response code.
@@ -29,6 +31,11 @@ impl AuditedWrite {
     /// Whether ruleop (any of its processes) sent it.
     pub fn by_ruleop(&self) -> bool {
         self.user_agent.starts_with(RULEOP_USER_AGENT_PREFIX)
+    }
+
+    /// Whether a test sent it with kubectl.
+    pub fn by_kubectl(&self) -> bool {
+        self.user_agent.starts_with("kubectl")
     }
 }
 
@@ -122,6 +129,7 @@ fn parse(line: &str) -> AuditedWrite {
     AuditedWrite {
         verb: text("/verb").to_owned(),
         resource,
+        group: text("/objectRef/apiGroup").to_owned(),
         object,
         code: event
             .pointer("/responseStatus/code")

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use super::audit::AuditMark;
 use super::{Operator, kubectl_ok, wait_until};
 
 /// How long the API server may take to serve the writes ruleop sent.
@@ -26,12 +27,45 @@ fn foreign_events() -> BTreeSet<String> {
     .collect()
 }
 
-/// The API server's write counters, ruleop's own count of the writes it sent, and the Events
-/// others published, at one moment.
+/// Creates and updates of [`DATABASE_WRITES`] (Events aside: [`foreign_events`]) that neither
+/// ruleop nor a test's kubectl sent since `mark`, keyed as [`apiserver_write_counts`] keys them:
+/// the cluster's own controllers write these kinds too, anywhere in the shared control plane (the
+/// protection controller takes its finalizer off every volume claim of a namespace another test
+/// deleted, one update each).
+fn foreign_writes(mark: &AuditMark) -> BTreeMap<String, u64> {
+    let mut writes = BTreeMap::new();
+    for write in mark.since() {
+        let verb = match write.verb.as_str() {
+            "create" => "POST",
+            "update" => "PUT",
+            _ => continue,
+        };
+        let (resource, subresource) = write.resource.split_once('/').unwrap_or((&write.resource, ""));
+        if write.by_ruleop() || write.by_kubectl() || resource == "events" || !DATABASE_WRITES.contains(&resource) {
+            continue;
+        }
+        let mut key = format!("{verb} {resource}");
+        if !write.group.is_empty() {
+            key = format!("{key}.{}", write.group);
+        }
+        if !subresource.is_empty() {
+            key = format!("{key}/{subresource}");
+        }
+        if !(200..300).contains(&write.code) {
+            key = format!("{key} {}", write.code);
+        }
+        *writes.entry(key).or_insert(0) += 1;
+    }
+    writes
+}
+
+/// The API server's write counters, ruleop's own count of the writes it sent, the Events
+/// others published, and the audit log's end, at one moment.
 pub struct Reading {
     counts: BTreeMap<String, u64>,
     sent: u64,
     foreign: BTreeSet<String>,
+    mark: AuditMark,
 }
 
 pub fn reading(operator: &Operator) -> Reading {
@@ -39,35 +73,46 @@ pub fn reading(operator: &Operator) -> Reading {
         counts: apiserver_write_counts(DATABASE_WRITES),
         sent: operator.metric("ruleop_api_writes_total", &[]),
         foreign: foreign_events(),
+        mark: AuditMark::now(),
     }
 }
 
 /// Waits until the API server has served every write the operator sent (Events go out in the
 /// background, after the reconcile that caused them) and the operator is idle, then returns the
 /// API server's writes since `before`, without the test's own (`ours`, one each) and without
-/// Events others created meanwhile.
+/// what others wrote meanwhile ([`foreign_events`], [`foreign_writes`]).
 pub fn writes_since(operator: &Operator, before: &Reading, ours: &[&str]) -> BTreeMap<String, u64> {
     operator.idle_reconciles("database");
     let sent = operator.metric("ruleop_api_writes_total", &[]) - before.sent;
     let total = sent + ours.len() as u64;
+    let served = || {
+        let mut writes = count_difference(&before.counts, &apiserver_write_counts(DATABASE_WRITES));
+        for (key, count) in foreign_writes(&before.mark) {
+            take(&mut writes, &key, count);
+        }
+        writes
+    };
     wait_until(WAIT, "the API server to serve every write ruleop sent", || {
-        let served: u64 = count_difference(&before.counts, &apiserver_write_counts(DATABASE_WRITES))
-            .values()
-            .sum();
+        let served: u64 = served().values().sum();
         served.saturating_sub(foreign_events().difference(&before.foreign).count() as u64) >= total
     });
-    let mut writes = count_difference(&before.counts, &apiserver_write_counts(DATABASE_WRITES));
+    let mut writes = served();
     let foreign = foreign_events().difference(&before.foreign).count();
     let theirs = std::iter::repeat_n("POST events.events.k8s.io", foreign);
     for write in ours.iter().copied().chain(theirs) {
-        let left = writes.get(write).copied().unwrap_or(0).saturating_sub(1);
-        if left == 0 {
-            writes.remove(write);
-        } else {
-            writes.insert(write.to_owned(), left);
-        }
+        take(&mut writes, write, 1);
     }
     writes
+}
+
+/// Takes `count` off `writes[key]`, leaving out a key that reaches 0.
+fn take(writes: &mut BTreeMap<String, u64>, key: &str, count: u64) {
+    let left = writes.get(key).copied().unwrap_or(0).saturating_sub(count);
+    if left == 0 {
+        writes.remove(key);
+    } else {
+        writes.insert(key.to_owned(), left);
+    }
 }
 
 /// Everything a reconcile of the shipped Database rule can write, for [`apiserver_write_counts`]:
