@@ -25,7 +25,6 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use kube::client::ClientBuilder;
 
 use tower::buffer::BufferLayer;
 use tower::retry::RetryLayer;
@@ -230,7 +229,7 @@ pub(crate) async fn clients(
         .map_err(kube::Error::InferConfig)?;
     let leases = {
         let _inside = leases_on.enter();
-        Client::try_from(config.clone())?
+        crate::apply::client::connect(&config)?
     };
     // The leases' client has no backpressure: a renewal must not queue behind the operator's
     // own writes, nor wait out a 429 meant for them.
@@ -238,7 +237,7 @@ pub(crate) async fn clients(
     // counted (kube's default retry sits inside the stack, out of its sight).
     let mut config = config;
     config.default_retry = false;
-    let fenced = ClientBuilder::try_from(config)?
+    let fenced = crate::apply::client::client_builder(&config)?
         .with_layer(&BufferLayer::new(REQUESTS_QUEUED))
         .with_layer(&BackpressureLayer(backpressure.clone()))
         .with_layer(&RetryLayer::new(backpressure::retry_policy()))
