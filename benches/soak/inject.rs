@@ -136,6 +136,11 @@ impl<'a> Chaos<'a> {
 
     /// `edits` rounds over `parents`: each round one server-side apply of every parent's new
     /// `spec.version` (a new generation) or new backup request value.
+    ///
+    /// The two storms apply as two field managers. Under one, a request storm's apply (the
+    /// annotation alone) gave up the `spec.version` an earlier edit storm had applied, the API
+    /// server removed it, and the required field's absence refused the parent's request: before
+    /// 2026-12-07 most request rounds of a long soak were refused so.
     fn storm(&mut self, parents: &[usize], edits: u32, annotation: bool) -> String {
         let mut failed = 0;
         for _ in 0..edits {
@@ -168,7 +173,11 @@ impl<'a> Chaos<'a> {
                     "apply",
                     "--server-side",
                     "--force-conflicts",
-                    "--field-manager=soak-storm",
+                    if annotation {
+                        "--field-manager=soak-request"
+                    } else {
+                        "--field-manager=soak-edit"
+                    },
                     "-n",
                     self.ns,
                     "-f",

@@ -60,14 +60,23 @@ fn slope(points: &[(f64, f64)]) -> Option<f64> {
     (sxx > 0.0).then(|| sxy / sxx * 3600.0 / 1e6)
 }
 
-/// Per replica slot: peak RSS, its longest-lived process (seconds, from its first sample after
-/// 30 s of life) and that process's RSS slope.
-fn rss_rows(rss: &[RssSample], slots: usize) -> Vec<(f64, f64, Option<f64>)> {
+/// One replica slot's memory: peak RSS, its longest-lived process (seconds, from its first
+/// sample after 30 s of life), and that process's RSS slope over all of it and over its second
+/// half (a process fills its caches and the allocator settles first: a slope over the whole life
+/// says growth where the second half may be flat).
+struct RssRow {
+    peak: f64,
+    life: f64,
+    slope: Option<f64>,
+    late_slope: Option<f64>,
+}
+
+fn rss_rows(rss: &[RssSample], slots: usize) -> Vec<RssRow> {
     (0..slots)
         .map(|slot| {
             let mine: Vec<&RssSample> = rss.iter().filter(|s| s.slot == slot && s.bytes > 0).collect();
             let peak = mine.iter().map(|s| s.bytes).max().unwrap_or(0) as f64 / 1e6;
-            let mut best: (f64, Option<f64>) = (0.0, None);
+            let mut best: (f64, Option<f64>, Option<f64>) = (0.0, None, None);
             let incarnations: std::collections::BTreeSet<usize> = mine.iter().map(|s| s.incarnation).collect();
             for incarnation in incarnations {
                 let life: Vec<&&RssSample> = mine.iter().filter(|s| s.incarnation == incarnation).collect();
@@ -79,10 +88,17 @@ fn rss_rows(rss: &[RssSample], slots: usize) -> Vec<(f64, f64, Option<f64>)> {
                     .collect();
                 let span = steady.last().map_or(0.0, |l| l.0) - steady.first().map_or(0.0, |f| f.0);
                 if span > best.0 {
-                    best = (span, slope(&steady));
+                    let half = steady.first().map_or(0.0, |f| f.0) + span / 2.0;
+                    let late: Vec<(f64, f64)> = steady.iter().copied().filter(|(t, _)| *t >= half).collect();
+                    best = (span, slope(&steady), slope(&late));
                 }
             }
-            (peak, best.0, best.1)
+            RssRow {
+                peak,
+                life: best.0,
+                slope: best.1,
+                late_slope: best.2,
+            }
         })
         .collect()
 }
@@ -207,15 +223,19 @@ pub fn markdown(o: &Outcome) -> String {
         md,
         "\n## Memory per replica\n\nRSS from /proc every sample. A SIGKILLed replica's successor starts from scratch, so the slope is \
          taken over the longest-lived process of each slot, from 30 s after its start (least squares).\n\n\
-         | replica | processes | peak RSS | longest life (from 30 s) | RSS slope over it |\n|---|---|---|---|---|"
+         | replica | processes | peak RSS | longest life (from 30 s) | RSS slope over it | over its second half |\n|---|---|---|---|---|---|"
     );
-    for (slot, (peak, life, slope)) in rss_rows(&o.rss, o.incarnations.len()).into_iter().enumerate() {
+    let per_hour = |slope: Option<f64>| slope.map_or_else(|| "too short".to_owned(), |s| format!("{s:+.1} MB/h"));
+    for (slot, row) in rss_rows(&o.rss, o.incarnations.len()).into_iter().enumerate() {
         let _ = writeln!(
             md,
-            "| {slot}{} | {} | {peak:.1} MB | {life:.0} s | {} |",
+            "| {slot}{} | {} | {:.1} MB | {:.0} s | {} | {} |",
             if slot == 0 { " (through the stall proxy)" } else { "" },
             o.incarnations[slot],
-            slope.map_or_else(|| "too short".to_owned(), |s| format!("{s:+.1} MB/h")),
+            row.peak,
+            row.life,
+            per_hour(row.slope),
+            per_hour(row.late_slope),
         );
     }
     let _ = writeln!(md, "\n## Timeline\n\n| at | done | fault | what |\n|---|---|---|---|");
