@@ -111,6 +111,10 @@ fn main() {
     let mut rss = Vec::new();
     let (mut checks, mut worst_duplicates, mut worst_unexpected) = (0, 0, 0);
     let mut last_fault = Instant::now();
+    // The first check since the last fault that found every parent converged and the last
+    // reload applied, as time since that fault: a fault late in the window is not measured to
+    // the first check after the window.
+    let mut settled: Option<Duration> = None;
     let mut next_sample = Duration::ZERO;
     let mut due = schedule.iter().peekable();
     let mut stretches = Stretches::default();
@@ -124,6 +128,7 @@ fn main() {
     while start.elapsed() < window {
         if chaos.end_stall(false) {
             last_fault = Instant::now();
+            settled = None;
             stall_ended(&mut injected, start.elapsed().as_secs_f64());
         }
         if let Some(planned) = due.next_if(|p| p.at <= start.elapsed()) {
@@ -138,6 +143,7 @@ fn main() {
                 detail,
             });
             last_fault = Instant::now();
+            settled = None;
             continue;
         }
         if start.elapsed() >= next_sample {
@@ -147,6 +153,17 @@ fn main() {
                 checks += 1;
                 worst_duplicates = worst_duplicates.max(v.duplicates);
                 worst_unexpected = worst_unexpected.max(v.unexpected.len());
+                if settled.is_none()
+                    && v.unconverged.is_empty()
+                    && v.missing.is_empty()
+                    && reload_landed(
+                        chaos.reloads,
+                        services_reloaded(chaos.ns, chaos.reloads),
+                        settings.parents,
+                    )
+                {
+                    settled = Some(last_fault.elapsed());
+                }
                 println!(
                     "soak: {t:7.1} s check: {}/{} converged, {} duplicates, {} unexpected Jobs, {} lost",
                     v.converged,
@@ -164,6 +181,7 @@ fn main() {
     }
     if chaos.end_stall(true) {
         last_fault = Instant::now();
+        settled = None;
         stall_ended(&mut injected, start.elapsed().as_secs_f64());
     }
     println!("soak: fault window over; waiting for every parent to converge");
@@ -171,15 +189,15 @@ fn main() {
     // After the last fault: every parent converged, every backup there, the last reload applied.
     let mut last: Option<Verdict> = None;
     let reloads = chaos.reloads;
-    let mut converged_after = None;
+    let mut converged_after = settled;
     let mut late = None;
     let mut told = Instant::now();
-    while last_fault.elapsed() < settings.settle {
+    while converged_after.is_none() && last_fault.elapsed() < settings.settle {
         let t = start.elapsed().as_secs_f64();
         rss.extend(chaos.replicas.sample(t));
         if let Some(v) = look(&mut chaos, t, &mut converged) {
             let (with, all) = services_reloaded(&ns.0, reloads);
-            let reloaded = reloads == 0 || (with == all && all == settings.parents);
+            let reloaded = reload_landed(reloads, (with, all), settings.parents);
             let waiting: Vec<String> = v.unconverged.iter().chain(&v.missing).cloned().collect();
             if waiting.is_empty() && reloaded {
                 converged_after = Some(last_fault.elapsed());
@@ -385,4 +403,10 @@ fn header(
     ];
     lines.extend(settings.describe().into_iter().map(|(k, v)| format!("| `{k}` | {v} |")));
     lines
+}
+
+/// Whether the last of `reloads` template reloads reached every one of the `parents` Services:
+/// `with` of `all` carry its value (true before the first reload).
+fn reload_landed(reloads: u64, (with, all): (usize, usize), parents: usize) -> bool {
+    reloads == 0 || (with == all && all == parents)
 }
