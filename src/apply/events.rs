@@ -383,7 +383,7 @@ mod tests {
     #[tokio::test]
     async fn a_repeat_within_the_window_is_a_series_of_the_first_and_after_it_a_new_event() {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
-        let log = EventLog::new(crate::apply::client::connect(&config).expect("client"));
+        let log = EventLog::new(Client::try_from(config).expect("client"));
         let start = Instant::now();
         let Send::Create(first) = log.record(1, "orders", start) else {
             panic!("a first occurrence is a new Event")

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
@@ -43,7 +44,7 @@ pub(crate) fn command(show: Show, rule: Option<&str>, status_namespace: &str) ->
         let config = crate::apply::client::cluster_config()
             .await
             .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
-        let client = crate::apply::client::connect(&config).context("cannot build a client for the cluster")?;
+        let client = Client::try_from(config).context("cannot build a client for the cluster")?;
         let config_maps: Api<ConfigMap> = Api::namespaced(client, status_namespace);
         match show {
             Show::Status => status(&config_maps, rule, status_namespace).await,
@@ -263,7 +264,7 @@ pub(crate) async fn kept_set(rule: &str, revision: u64, status_namespace: &str) 
     let config = crate::apply::client::cluster_config()
         .await
         .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
-    let client = crate::apply::client::connect(&config).context("cannot build a client for the cluster")?;
+    let client = Client::try_from(config).context("cannot build a client for the cluster")?;
     let config_maps: Api<ConfigMap> = Api::namespaced(client, status_namespace);
     let record = read_record(&config_maps, rule, revision).await.map_err(|e| {
         anyhow::anyhow!(

@@ -25,6 +25,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, PostParams};
+use kube::client::ClientBuilder;
 
 use tower::buffer::BufferLayer;
 use tower::retry::RetryLayer;
@@ -229,7 +230,7 @@ pub(crate) async fn clients(
         .map_err(kube::Error::InferConfig)?;
     let leases = {
         let _inside = leases_on.enter();
-        crate::apply::client::connect(&config)?
+        Client::try_from(config.clone())?
     };
     // The leases' client has no backpressure: a renewal must not queue behind the operator's
     // own writes, nor wait out a 429 meant for them.
@@ -237,7 +238,7 @@ pub(crate) async fn clients(
     // counted (kube's default retry sits inside the stack, out of its sight).
     let mut config = config;
     config.default_retry = false;
-    let fenced = crate::apply::client::client_builder(&config)?
+    let fenced = ClientBuilder::try_from(config)?
         .with_layer(&BufferLayer::new(REQUESTS_QUEUED))
         .with_layer(&BackpressureLayer(backpressure.clone()))
         .with_layer(&RetryLayer::new(backpressure::retry_policy()))

@@ -53,7 +53,7 @@ pub(crate) async fn connect(set: &RuleSet) -> anyhow::Result<(Client, Kinds)> {
     let config = crate::apply::client::cluster_config()
         .await
         .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
-    let client = crate::apply::client::connect(&config).context("cannot build a client for the cluster")?;
+    let client = Client::try_from(config).context("cannot build a client for the cluster")?;
     let mut kinds = Kinds::default();
     if let Some(unknown) = kinds.resolve(&client, set).await.into_iter().next() {
         return Err(unknown.into());

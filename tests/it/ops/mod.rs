@@ -1,7 +1,6 @@
 //! Running it: health and readiness, metrics and traces, hardening of the process, the console.
 
 mod backpressure;
-mod connection;
 mod console;
 mod hardening;
 mod health;

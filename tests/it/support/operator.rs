@@ -190,31 +190,6 @@ impl Operator {
         self.child.id()
     }
 
-    /// Its established TCP connections to `port` on 127.0.0.1: the sockets among its open files
-    /// that `/proc/<pid>/net/tcp` lists as connected (state 01) to that port.
-    pub fn connections_to(&self, port: u16) -> usize {
-        let pid = self.pid();
-        let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|dir| {
-                dir.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-                    .filter_map(|target| {
-                        let target = target.to_string_lossy().into_owned();
-                        Some(target.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let remote = format!("0100007F:{port:04X}");
-        std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
-            .unwrap_or_default()
-            .lines()
-            .skip(1)
-            .map(|line| line.split_whitespace().collect::<Vec<_>>())
-            .filter(|f| f.get(2) == Some(&remote.as_str()) && f.get(3) == Some(&"01"))
-            .filter(|f| f.get(9).is_some_and(|inode| inodes.contains(*inode)))
-            .count()
-    }
-
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
