@@ -76,7 +76,12 @@ fn rss_rows(rss: &[RssSample], slots: usize) -> Vec<RssRow> {
         .map(|slot| {
             let mine: Vec<&RssSample> = rss.iter().filter(|s| s.slot == slot && s.bytes > 0).collect();
             let peak = mine.iter().map(|s| s.bytes).max().unwrap_or(0) as f64 / 1e6;
-            let mut best: (f64, Option<f64>, Option<f64>) = (0.0, None, None);
+            let mut best = RssRow {
+                peak,
+                life: 0.0,
+                slope: None,
+                late_slope: None,
+            };
             let incarnations: std::collections::BTreeSet<usize> = mine.iter().map(|s| s.incarnation).collect();
             for incarnation in incarnations {
                 let life: Vec<&&RssSample> = mine.iter().filter(|s| s.incarnation == incarnation).collect();
@@ -87,18 +92,18 @@ fn rss_rows(rss: &[RssSample], slots: usize) -> Vec<RssRow> {
                     .map(|s| (s.t, s.bytes as f64))
                     .collect();
                 let span = steady.last().map_or(0.0, |l| l.0) - steady.first().map_or(0.0, |f| f.0);
-                if span > best.0 {
+                if span > best.life {
                     let half = steady.first().map_or(0.0, |f| f.0) + span / 2.0;
                     let late: Vec<(f64, f64)> = steady.iter().copied().filter(|(t, _)| *t >= half).collect();
-                    best = (span, slope(&steady), slope(&late));
+                    best = RssRow {
+                        peak,
+                        life: span,
+                        slope: slope(&steady),
+                        late_slope: slope(&late),
+                    };
                 }
             }
-            RssRow {
-                peak,
-                life: best.0,
-                slope: best.1,
-                late_slope: best.2,
-            }
+            best
         })
         .collect()
 }

@@ -44,16 +44,7 @@ fn foreign_writes(mark: &AuditMark) -> BTreeMap<String, u64> {
         if write.by_ruleop() || write.by_kubectl() || resource == "events" || !DATABASE_WRITES.contains(&resource) {
             continue;
         }
-        let mut key = format!("{verb} {resource}");
-        if !write.group.is_empty() {
-            key = format!("{key}.{}", write.group);
-        }
-        if !subresource.is_empty() {
-            key = format!("{key}/{subresource}");
-        }
-        if !(200..300).contains(&write.code) {
-            key = format!("{key} {}", write.code);
-        }
+        let key = write_key(verb, resource, &write.group, subresource, &write.code.to_string());
         *writes.entry(key).or_insert(0) += 1;
     }
     writes
@@ -127,6 +118,22 @@ pub const DATABASE_WRITES: &[&str] = &[
     "events",
 ];
 
+/// A write's key in [`apiserver_write_counts`]: `"VERB resource[.group][/subresource]"`, with the
+/// response code appended when it is not a success.
+fn write_key(verb: &str, resource: &str, group: &str, subresource: &str, code: &str) -> String {
+    let mut key = format!("{verb} {resource}");
+    if !group.is_empty() {
+        key = format!("{key}.{group}");
+    }
+    if !subresource.is_empty() {
+        key = format!("{key}/{subresource}");
+    }
+    if !code.starts_with('2') {
+        key = format!("{key} {code}");
+    }
+    key
+}
+
 /// Write requests (POST, PUT, PATCH, APPLY) the API server has served for `resources`, from its
 /// own `apiserver_request_total`, by `"VERB resource[.group][/subresource]"` with the response
 /// code appended when it is not a success (`"POST jobs.batch 409"`), dry runs left out. Two readings
@@ -144,16 +151,7 @@ pub fn apiserver_write_counts(resources: &[&str]) -> std::collections::BTreeMap<
         {
             continue;
         }
-        let mut key = format!("{verb} {resource}");
-        if !label("group").is_empty() {
-            key = format!("{key}.{}", label("group"));
-        }
-        if !label("subresource").is_empty() {
-            key = format!("{key}/{}", label("subresource"));
-        }
-        if !code.starts_with('2') {
-            key = format!("{key} {code}");
-        }
+        let key = write_key(verb, resource, label("group"), label("subresource"), code);
         let value = match sample.value {
             prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v as u64,
             _ => 0,
