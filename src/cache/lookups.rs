@@ -321,9 +321,8 @@ pub(crate) fn start(
         let (index, parents, parent_resource) = (index.clone(), parents.clone(), parent_resource.clone());
         let namespaced = served.namespaced;
         // A relist's objects once the store shows it.
-        let stream = super::relist::touched_after_relists(watch(served).reflect(writer), true, Vec::new)
-            .filter_map(|object| futures::future::ready(object.ok()))
-            .flat_map(move |object| {
+        let stream = super::relist::touched_after_relists(watch(served).reflect(writer), true, Vec::new).flat_map(
+            move |object| {
                 let key = LookupKey {
                     api_version: api_version.clone(),
                     kind: kind.clone(),
@@ -344,7 +343,8 @@ pub(crate) fn start(
                     }
                 }
                 futures::stream::iter(due)
-            });
+            },
+        );
         streams.push(stream.boxed());
     }
     let synced = synced(caches.values().map(|c| c.store.clone()).collect());

@@ -8,4 +8,5 @@ pub(crate) mod lookups;
 pub(crate) mod packed;
 pub(crate) mod parents;
 pub(crate) mod relist;
+pub(crate) mod retry;
 pub(crate) mod watch;

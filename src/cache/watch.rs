@@ -20,10 +20,11 @@ use kube::Resource;
 use kube::api::{Api, DynamicObject, ListParams, WatchEvent, WatchParams};
 use kube::core::{DynamicResourceScope, ObjectMeta, TypeMeta};
 use kube::discovery::ApiResource;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::engine::diagnostic::bounded;
@@ -501,23 +502,24 @@ pub(crate) fn watch(
 ) -> impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static {
     let token = Arc::new(token);
     let probe_api = api.clone();
-    futures::stream::once(async move {
+    let wake = Arc::new(Notify::new());
+    let events = futures::stream::once(async move {
         let config = with_initial_list(&api, config, initial_list).await;
         watcher(api, config)
     })
-    .flatten()
-    .default_backoff()
-    .inspect(move |item| {
-        if token.observe(item) == Transition::Failing {
-            spawn_probe(probe_api.clone(), Arc::downgrade(&token));
-        }
-    })
-    .filter_map(move |item| {
-        let item = decoded(item, reporter.max_object_bytes, |metadata, why| {
-            reporter.report(metadata, why)
-        });
-        std::future::ready(item)
-    })
+    .flatten();
+    super::retry::retried(events, wake.clone())
+        .inspect(move |item| {
+            if token.observe(item) == Transition::Failing {
+                spawn_probe(probe_api.clone(), Arc::downgrade(&token), wake.clone());
+            }
+        })
+        .filter_map(move |item| {
+            let item = decoded(item, reporter.max_object_bytes, |metadata, why| {
+                reporter.report(metadata, why)
+            });
+            std::future::ready(item)
+        })
 }
 
 /// Maps one watcher item to objects the caches may keep. An object that does not decode, or
@@ -573,8 +575,9 @@ fn decoded(
     }))
 }
 
-/// Probes a failing watch's kind until it answers (or the watch is gone or recovers by itself).
-fn spawn_probe(api: Api<Tolerant>, token: std::sync::Weak<WatchToken>) {
+/// Probes a failing watch's kind until it answers (or the watch is gone or recovers by itself),
+/// then wakes the watch from its backoff (`cache::retry`).
+fn spawn_probe(api: Api<Tolerant>, token: std::sync::Weak<WatchToken>, wake: Arc<Notify>) {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(PROBE_INTERVAL).await;
@@ -584,6 +587,7 @@ fn spawn_probe(api: Api<Tolerant>, token: std::sync::Weak<WatchToken>) {
             }
             if api.list_metadata(&ListParams::default().limit(1)).await.is_ok() {
                 token.probe_succeeded();
+                wake.notify_one();
                 return;
             }
         }

@@ -297,11 +297,9 @@ fn parent_events(
             futures::future::ready(!echo)
         });
     // A relist's parents once the store and the bodies show it.
-    crate::cache::relist::touched_after_relists(events, false, Vec::new).inspect(move |parent| {
-        if let Ok(parent) = parent {
-            queued.event(parent_key(parent), Trigger::ParentEvent);
-        }
-    })
+    crate::cache::relist::touched_after_relists(events, false, Vec::new)
+        .inspect(move |parent| queued.event(parent_key(parent), Trigger::ParentEvent))
+        .map(Ok)
 }
 
 /// Each owned kind's resource and its cache of the rule's children.
@@ -344,14 +342,14 @@ fn watch_children(
             }
         });
         // A relist's children once the index shows it, and those it no longer lists.
-        let stream = crate::cache::relist::touched_after_relists(events, true, move || index.take_vanished()).inspect(
-            move |child| {
-                if let Some(parent) = child.as_ref().ok().and_then(|c| parent_of(c, &parent_kind_of_child)) {
+        let stream = crate::cache::relist::touched_after_relists(events, true, move || index.take_vanished())
+            .inspect(move |child| {
+                if let Some(parent) = parent_of(child, &parent_kind_of_child) {
                     let key = queue::key(parent.namespace.as_deref().unwrap_or_default(), &parent.name);
                     queued.event(key, Trigger::ChildEvent);
                 }
-            },
-        );
+            })
+            .map(Ok);
         controller = if by_label {
             let parent_kind = parent_kind.clone();
             let mapper = move |child: DynamicObject| parent_of(&child, &parent_kind);

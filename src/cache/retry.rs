@@ -1,0 +1,163 @@
+//! How a watch waits after an error before it tries again.
+//!
+//! kube-runtime's `default_backoff` (0.8 s doubling to 30 s, with jitter, as client-go's
+//! reflector) is kept for the failures it is meant for, with two exceptions that made a watch
+//! sleep long after the API server was back:
+//! - **410 Gone** is the API server answering, and saying "list again": the watcher relists at
+//!   once, and what the watch waited out before (an outage's refused connections) is forgotten.
+//!   Only a 410 right after another one (a relist that expired again) waits, so that a server
+//!   that compacts faster than a list completes does not get a hot loop of lists.
+//! - **A probe that reached the API server** (`cache::watch`'s one-item LIST of a failing watch's
+//!   kind) wakes the watch from its wait: after an outage the watch retries when the server
+//!   answers, not up to 30 s later.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, DefaultBackoff};
+use tokio::sync::Notify;
+
+/// `events` retried as the module says: after an error the next item is awaited only once the
+/// backoff elapsed or `wake` was notified.
+pub(crate) fn retried<S, K>(
+    events: S,
+    wake: Arc<Notify>,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    K: Send + 'static,
+{
+    let state = Retry {
+        events: events.boxed(),
+        backoff: DefaultBackoff::default(),
+        pause: None,
+        after_gone: false,
+    };
+    futures::stream::unfold(state, move |mut state| {
+        let wake = wake.clone();
+        async move {
+            if let Some(pause) = state.pause.take() {
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = wake.notified() => {}
+                }
+            }
+            let item = state.events.next().await?;
+            state.after(&item);
+            Some((item, state))
+        }
+    })
+}
+
+/// The watch and what decides its next wait.
+struct Retry<K> {
+    events: futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
+    backoff: DefaultBackoff,
+    /// The wait before the next item, after an error.
+    pause: Option<Duration>,
+    /// Whether the last item was a 410 Gone.
+    after_gone: bool,
+}
+
+impl<K> Retry<K> {
+    fn after(&mut self, item: &Result<watcher::Event<K>, watcher::Error>) {
+        let gone = item.as_ref().err().is_some_and(is_gone);
+        self.pause = match item {
+            Ok(_) => {
+                self.backoff.reset();
+                None
+            }
+            Err(_) if gone && !self.after_gone => {
+                self.backoff.reset();
+                None
+            }
+            Err(_) => self.backoff.next(),
+        };
+        self.after_gone = gone;
+    }
+}
+
+/// Whether a watch error is the API server's 410 Gone (the version it watched from expired).
+pub(crate) fn is_gone(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchError(status) => status.code == 410,
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::channel::mpsc;
+    use kube::core::Status;
+    use tokio::time::Instant;
+
+    fn gone() -> watcher::Error {
+        let mut status = Status::failure("too old resource version: 1 (2)", "Expired");
+        status.code = 410;
+        watcher::Error::WatchError(Box::new(status))
+    }
+
+    fn refused() -> watcher::Error {
+        watcher::Error::NoResourceVersion
+    }
+
+    /// How long after the previous item each of `items` arrives, all queued up front.
+    async fn gaps(items: Vec<Result<watcher::Event<()>, watcher::Error>>, wake: Arc<Notify>) -> Vec<Duration> {
+        let (tx, rx) = mpsc::unbounded();
+        for item in items {
+            tx.unbounded_send(item).expect("queued");
+        }
+        drop(tx);
+        let mut stream = std::pin::pin!(retried(rx, wake));
+        let mut last = Instant::now();
+        let mut gaps = Vec::new();
+        while stream.next().await.is_some() {
+            gaps.push(last.elapsed());
+            last = Instant::now();
+        }
+        gaps
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_back_off_and_a_410_after_them_relists_at_once() {
+        let items = vec![
+            Err(refused()),
+            Err(refused()),
+            Err(refused()),
+            Err(gone()),
+            Ok(watcher::Event::Init),
+        ];
+        let gaps = gaps(items, Arc::new(Notify::new())).await;
+        assert_eq!(gaps[0], Duration::ZERO);
+        // The second and third errors wait out the backoff (0.8 s then 1.6 s, jittered).
+        assert!(gaps[1] >= Duration::from_millis(800), "{gaps:?}");
+        assert!(gaps[2] > gaps[1], "the backoff grows: {gaps:?}");
+        // The 410 still waits for the third error's backoff; the relist after it does not wait.
+        assert!(gaps[3] >= Duration::from_millis(1600), "{gaps:?}");
+        assert_eq!(gaps[4], Duration::ZERO, "{gaps:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_410_right_after_a_410_waits() {
+        let items = vec![Err(gone()), Err(gone()), Ok(watcher::Event::Init)];
+        let gaps = gaps(items, Arc::new(Notify::new())).await;
+        assert_eq!(gaps[1], Duration::ZERO, "the first 410 relists at once: {gaps:?}");
+        assert!(gaps[2] >= Duration::from_millis(800), "the second one waits: {gaps:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_cuts_one_wait_short() {
+        let wake = Arc::new(Notify::new());
+        // A probe reached the API server: the next wait is skipped, the one after it is not.
+        wake.notify_one();
+        let items = vec![Err(refused()), Err(refused()), Err(refused())];
+        let gaps = gaps(items, wake).await;
+        assert_eq!(gaps[1], Duration::ZERO, "{gaps:?}");
+        assert!(gaps[2] >= Duration::from_millis(800), "{gaps:?}");
+    }
+}
