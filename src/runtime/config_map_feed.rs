@@ -23,15 +23,17 @@ impl<T> Drop for ConfigMapFeed<T> {
 
 impl<T: Send + 'static> ConfigMapFeed<T> {
     /// Watches the ConfigMaps of `api` that `config` selects (those that exist first, then each
-    /// change) and queues `read` of each. A failing watch is retried with backoff and logged as
-    /// `watching <what> failed`.
+    /// change) and queues `read` of each. A failing watch is retried with backoff
+    /// (`cache::retry`) and logged as `watching <what> failed`.
     pub(crate) fn start(
         api: Api<ConfigMap>,
         config: watcher::Config,
         what: &'static str,
         read: impl Fn(ConfigMap) -> T + Send + 'static,
     ) -> Self {
-        let stream = watcher(api, config).default_backoff().applied_objects();
+        // Retried as the caches' watches are (a 410 relists at once); no probe wakes this one.
+        let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+        let stream = crate::cache::retry::retried(watcher(api, config), wake).applied_objects();
         let (send, seen) = mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
