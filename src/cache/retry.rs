@@ -5,8 +5,8 @@
 //! sleep long after the API server was back:
 //! - **410 Gone** is the API server answering, and saying "list again": the watcher relists at
 //!   once, and what the watch waited out before (an outage's refused connections) is forgotten.
-//!   Only a 410 right after another one (a relist that expired again) waits, so that a server
-//!   that compacts faster than a list completes does not get a hot loop of lists.
+//!   A 410 within 30 s of the last one waits as any error does (a relist whose watch expired
+//!   again: a server that compacts faster than a list completes), so lists never loop hot.
 //! - **A probe that reached the API server** (`cache::watch`'s one-item LIST of a failing watch's
 //!   kind) wakes the watch from its wait: after an outage the watch retries when the server
 //!   answers, not up to 30 s later.
@@ -18,6 +18,10 @@ use futures::{Stream, StreamExt};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff};
 use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// A 410 this soon after the previous one waits out the backoff.
+const GONE_AGAIN: Duration = Duration::from_secs(30);
 
 /// `events` retried as the module says: after an error the next item is awaited only once the
 /// backoff elapsed or `wake` was notified.
@@ -33,7 +37,7 @@ where
         events: events.boxed(),
         backoff: DefaultBackoff::default(),
         pause: None,
-        after_gone: false,
+        last_gone: None,
     };
     futures::stream::unfold(state, move |mut state| {
         let wake = wake.clone();
@@ -57,36 +61,47 @@ struct Retry<K> {
     backoff: DefaultBackoff,
     /// The wait before the next item, after an error.
     pause: Option<Duration>,
-    /// Whether the last item was a 410 Gone.
-    after_gone: bool,
+    /// When the last 410 Gone came.
+    last_gone: Option<Instant>,
 }
 
 impl<K> Retry<K> {
     fn after(&mut self, item: &Result<watcher::Event<K>, watcher::Error>) {
+        let now = Instant::now();
         let gone = item.as_ref().err().is_some_and(is_gone);
+        let gone_again = self.last_gone.is_some_and(|last| now.duration_since(last) < GONE_AGAIN);
         self.pause = match item {
             Ok(_) => {
                 self.backoff.reset();
                 None
             }
-            Err(_) if gone && !self.after_gone => {
+            Err(_) if gone && !gone_again => {
                 self.backoff.reset();
                 None
             }
             Err(_) => self.backoff.next(),
         };
-        self.after_gone = gone;
+        if gone {
+            self.last_gone = Some(now);
+        }
     }
 }
 
-/// Whether a watch error is the API server's 410 Gone (the version it watched from expired).
-pub(crate) fn is_gone(error: &watcher::Error) -> bool {
+/// The HTTP status code the API server gave for a watcher error, if it answered.
+pub(crate) fn status_code(error: &watcher::Error) -> Option<u16> {
     match error {
-        watcher::Error::WatchError(status) => status.code == 410,
-        watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 410,
-        _ => false,
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+        watcher::Error::WatchError(status) => Some(status.code),
+        _ => None,
     }
+}
+
+/// Whether a watcher error is the API server's 410 Gone: the version watched from (or a list's
+/// continue token) expired, and the watcher lists again.
+pub(crate) fn is_gone(error: &watcher::Error) -> bool {
+    status_code(error) == Some(410)
 }
 
 #[cfg(test)]
@@ -94,11 +109,9 @@ mod tests {
     use super::*;
     use futures::channel::mpsc;
     use kube::core::Status;
-    use tokio::time::Instant;
 
     fn gone() -> watcher::Error {
-        let mut status = Status::failure("too old resource version: 1 (2)", "Expired");
-        status.code = 410;
+        let status = Status::failure("too old resource version: 1 (2)", "Expired").with_code(410);
         watcher::Error::WatchError(Box::new(status))
     }
 
@@ -143,11 +156,17 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_410_right_after_a_410_waits() {
-        let items = vec![Err(gone()), Err(gone()), Ok(watcher::Event::Init)];
+    async fn a_410_soon_after_a_410_waits_even_with_a_relist_between() {
+        let items = vec![
+            Err(gone()),
+            Ok(watcher::Event::Init),
+            Err(gone()),
+            Ok(watcher::Event::Init),
+        ];
         let gaps = gaps(items, Arc::new(Notify::new())).await;
         assert_eq!(gaps[1], Duration::ZERO, "the first 410 relists at once: {gaps:?}");
-        assert!(gaps[2] >= Duration::from_millis(800), "the second one waits: {gaps:?}");
+        assert_eq!(gaps[2], Duration::ZERO, "{gaps:?}");
+        assert!(gaps[3] >= Duration::from_millis(800), "the second one waits: {gaps:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use kube::runtime::watcher;
 use tracing::{error, info, warn};
 
+use crate::cache::retry::{is_gone, status_code};
 use crate::engine::diagnostic::bounded;
 
 /// Liveness fails when the runtime's heartbeat is older than this: the heartbeat task ticks
@@ -238,18 +239,13 @@ pub(crate) struct WatchToken {
 
 /// Whether a watcher error means the kind is not served (its CRD was deleted).
 fn not_found(error: &watcher::Error) -> bool {
-    match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 404,
-        watcher::Error::WatchError(status) => status.code == 404,
-        _ => false,
-    }
+    status_code(error) == Some(404)
 }
 
 impl WatchToken {
     /// Follows one item of the watch stream: an event proves the watch works (`InitDone` also
-    /// that the cache synced), an error marks it failing. Transitions are logged once each.
+    /// that the cache synced), an error marks it failing, except a 410 Gone (logged at info: the
+    /// watcher lists again at once). Transitions are logged once each.
     pub(crate) fn observe<K>(&self, item: &Result<watcher::Event<K>, watcher::Error>) -> Transition {
         let mut transition = Transition::None;
         self.health.update(self.id, |state| match item {
@@ -260,6 +256,11 @@ impl WatchToken {
                 if let Some(failure) = state.failing.take() {
                     info!(watch = %state.what, after = ?failure.since.elapsed(), "watch recovered");
                 }
+            }
+            // The API server answered: the version expired, and the watcher lists again at once
+            // (`cache::retry`); the relist's events show it working. Not a failure.
+            Err(error) if is_gone(error) => {
+                info!(watch = %state.what, error = %bounded(&error.to_string(), MAX_ERROR), "watch expired; listing again");
             }
             Err(error) => {
                 let text = bounded(&error.to_string(), MAX_ERROR).into_owned();
@@ -348,7 +349,7 @@ mod tests {
     use super::*;
     use kube::api::DynamicObject;
 
-    fn gone() -> watcher::Error {
+    fn not_served() -> watcher::Error {
         watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(
             kube::core::Status::failure("the server could not find the requested resource", "NotFound").with_code(404),
         )))
@@ -380,9 +381,9 @@ mod tests {
         health.set_started(true);
         let watch = health.register_watch("rule \"db\": Database".to_owned());
         watch.observe(&event(watcher::Event::InitDone));
-        assert_eq!(watch.observe::<DynamicObject>(&Err(gone())), Transition::Failing);
+        assert_eq!(watch.observe::<DynamicObject>(&Err(not_served())), Transition::Failing);
         assert_eq!(
-            watch.observe::<DynamicObject>(&Err(gone())),
+            watch.observe::<DynamicObject>(&Err(not_served())),
             Transition::None,
             "logged once"
         );
@@ -402,6 +403,18 @@ mod tests {
     }
 
     #[test]
+    fn an_expired_watch_is_not_a_failing_one() {
+        let health = Arc::new(Health::default());
+        health.set_started(true);
+        let watch = health.register_watch("rule \"db\": Database".to_owned());
+        watch.observe(&event(watcher::Event::InitDone));
+        let expired = kube::core::Status::failure("too old resource version: 1 (2)", "Expired").with_code(410);
+        let transition = watch.observe::<DynamicObject>(&Err(watcher::Error::WatchError(Box::new(expired))));
+        assert_eq!(transition, Transition::None);
+        assert_eq!(health.readiness(), Ok(()), "the watcher lists again at once");
+    }
+
+    #[test]
     fn a_stopped_controller_no_longer_counts() {
         let health = Arc::new(Health::default());
         health.set_started(true);
@@ -416,7 +429,7 @@ mod tests {
         let health = Arc::new(Health::default());
         health.beat();
         let watch = health.register_watch("rule \"db\": Database".to_owned());
-        watch.observe::<DynamicObject>(&Err(gone()));
+        watch.observe::<DynamicObject>(&Err(not_served()));
         let now = Instant::now();
         assert_eq!(
             health.liveness_at(now),
