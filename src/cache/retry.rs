@@ -20,6 +20,8 @@ use kube::runtime::watcher::{self, DefaultBackoff};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::ops::watch_error::is_gone;
+
 /// A 410 this soon after the previous one waits out the backoff.
 const GONE_AGAIN: Duration = Duration::from_secs(30);
 
@@ -85,23 +87,6 @@ impl<K> Retry<K> {
             self.last_gone = Some(now);
         }
     }
-}
-
-/// The HTTP status code the API server gave for a watcher error, if it answered.
-pub(crate) fn status_code(error: &watcher::Error) -> Option<u16> {
-    match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
-        watcher::Error::WatchError(status) => Some(status.code),
-        _ => None,
-    }
-}
-
-/// Whether a watcher error is the API server's 410 Gone: the version watched from (or a list's
-/// continue token) expired, and the watcher lists again.
-pub(crate) fn is_gone(error: &watcher::Error) -> bool {
-    status_code(error) == Some(410)
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use kube::runtime::watcher;
 use tracing::{error, info, warn};
 
-use crate::cache::retry::{is_gone, status_code};
 use crate::engine::diagnostic::bounded;
+use crate::ops::watch_error::{is_gone, status_code};
 
 /// Liveness fails when the runtime's heartbeat is older than this: the heartbeat task ticks
 /// every second, so this is a runtime that ran nothing on time for many ticks in a row.

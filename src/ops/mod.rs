@@ -6,5 +6,6 @@ pub(crate) mod http;
 pub(crate) mod metrics;
 pub(crate) mod observability;
 pub(crate) mod telemetry;
+pub(crate) mod watch_error;
 
 pub(crate) use observability::Observability;
