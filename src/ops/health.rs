@@ -359,6 +359,15 @@ mod tests {
         Ok(e)
     }
 
+    /// Started health with one watch, of a Database, that has listed.
+    fn one_synced_watch() -> (Arc<Health>, WatchToken) {
+        let health = Arc::new(Health::default());
+        health.set_started(true);
+        let watch = health.register_watch("rule \"db\": Database".to_owned());
+        watch.observe(&event(watcher::Event::InitDone));
+        (health, watch)
+    }
+
     #[test]
     fn readiness_waits_for_start_and_for_every_cache_to_sync() {
         let health = Arc::new(Health::default());
@@ -377,10 +386,7 @@ mod tests {
 
     #[test]
     fn a_failing_watch_is_not_ready_until_an_event_or_a_probe_shows_it_works() {
-        let health = Arc::new(Health::default());
-        health.set_started(true);
-        let watch = health.register_watch("rule \"db\": Database".to_owned());
-        watch.observe(&event(watcher::Event::InitDone));
+        let (health, watch) = one_synced_watch();
         assert_eq!(watch.observe::<DynamicObject>(&Err(not_served())), Transition::Failing);
         assert_eq!(
             watch.observe::<DynamicObject>(&Err(not_served())),
@@ -404,10 +410,7 @@ mod tests {
 
     #[test]
     fn an_expired_watch_is_not_a_failing_one() {
-        let health = Arc::new(Health::default());
-        health.set_started(true);
-        let watch = health.register_watch("rule \"db\": Database".to_owned());
-        watch.observe(&event(watcher::Event::InitDone));
+        let (health, watch) = one_synced_watch();
         let expired = kube::core::Status::failure("too old resource version: 1 (2)", "Expired").with_code(410);
         let transition = watch.observe::<DynamicObject>(&Err(watcher::Error::WatchError(Box::new(expired))));
         assert_eq!(transition, Transition::None);
