@@ -4,11 +4,14 @@
 //! match included, re-reconciles exactly those parents.
 //!
 //! The index is fed by the reconciles (what each plan read, through [`Recording`]) and read by
-//! the caches' watch streams; neither holds a client.
+//! the caches' watch streams; neither holds a client. A change that lands while a plan runs (after
+//! it read the object, before it recorded the read) finds no reader yet: the index keeps the
+//! latest changes, and a plan that recorded a read one of them covers is queued again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
@@ -21,6 +24,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::cache::discovery::{Kinds, NotResolved, ServedKind};
+use crate::cache::parents;
 use crate::engine::plan::lookups::{ALL_NAMESPACES, LookupKey, LookupSource};
 use crate::engine::rules::Rule;
 
@@ -40,6 +44,57 @@ pub(crate) struct LookupIndex {
 struct IndexInner {
     readers: HashMap<Arc<LookupKey>, Readers>,
     read: HashMap<Arc<ParentKey>, Box<[Arc<LookupKey>]>>,
+    changes: Changes,
+}
+
+/// How many of the latest changes the index keeps for plans still running. A plan that runs
+/// across more changes than this is queued again whatever it read.
+const RECENT_CHANGES: usize = 256;
+
+/// The latest changes to looked-up objects, each numbered.
+#[derive(Debug, Default)]
+struct Changes {
+    /// The number the next change gets.
+    next: u64,
+    /// Oldest first: (number, the changed object's key, whether its kind is namespaced).
+    recent: VecDeque<(u64, LookupKey, bool)>,
+}
+
+impl Changes {
+    fn push(&mut self, key: &LookupKey, namespaced: bool) {
+        if self.recent.len() == RECENT_CHANGES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((self.next, key.clone(), namespaced));
+        self.next += 1;
+    }
+
+    /// Whether a change numbered `since` or later may have changed what `read` names (also
+    /// when such changes are no longer kept).
+    fn cover(&self, since: u64, read: &[LookupKey]) -> bool {
+        let forgotten = self.recent.front().map_or(self.next, |(number, ..)| *number);
+        since < forgotten
+            || self
+                .recent
+                .iter()
+                .filter(|(number, ..)| *number >= since)
+                .any(|(_, key, namespaced)| covering(key, *namespaced).iter().any(|k| read.contains(k)))
+    }
+}
+
+/// The keys whose readers an object of `key` concerns: its name, a list of its namespace, and
+/// (namespaced kinds) a list of every namespace.
+fn covering(key: &LookupKey, namespaced: bool) -> Vec<LookupKey> {
+    let list = |namespace: &str| LookupKey {
+        namespace: namespace.to_owned(),
+        name: String::new(),
+        ..key.clone()
+    };
+    let mut keys = vec![key.clone(), list(&key.namespace)];
+    if namespaced {
+        keys.push(list(ALL_NAMESPACES));
+    }
+    keys
 }
 
 /// The parents whose last plan read one object.
@@ -84,37 +139,19 @@ impl Readers {
 }
 
 impl LookupIndex {
-    /// Replaces what `parent` read with `keys` (its latest plan's lookups).
-    pub(crate) fn record(&self, parent: ParentKey, keys: Vec<LookupKey>) {
-        let Ok(mut inner) = self.inner.lock() else { return };
-        let same = inner
-            .read
-            .get(&parent)
-            .is_some_and(|held| held.iter().map(|key| &**key).eq(keys.iter()));
-        if same || (keys.is_empty() && !inner.read.contains_key(&parent)) {
-            return;
-        }
-        inner.unlink(&parent);
-        if keys.is_empty() {
-            return;
-        }
-        let parent = Arc::new(parent);
-        let keys: Box<[Arc<LookupKey>]> = keys
-            .into_iter()
-            .map(|key| {
-                let key = match inner.readers.get_key_value(&key) {
-                    Some((held, _)) => held.clone(),
-                    None => Arc::new(key),
-                };
-                inner
-                    .readers
-                    .entry(key.clone())
-                    .and_modify(|readers| readers.add(&parent))
-                    .or_insert_with(|| Readers::One(parent.clone()));
-                key
-            })
-            .collect();
-        inner.read.insert(parent, keys);
+    /// The number the next change gets: a plan takes it before it reads.
+    pub(crate) fn mark(&self) -> u64 {
+        self.inner.lock().map_or(0, |inner| inner.changes.next)
+    }
+
+    /// Replaces what `parent` read with `keys` (its latest plan's lookups, read after
+    /// [`LookupIndex::mark`] gave `since`). True when a change since then may have changed one of
+    /// them: the plan may have read it before the change, which found no reader to queue.
+    pub(crate) fn record(&self, parent: ParentKey, keys: Vec<LookupKey>, since: u64) -> bool {
+        let Ok(mut inner) = self.inner.lock() else { return false };
+        let stale = inner.changes.cover(since, &keys);
+        inner.replace(parent, keys);
+        stale
     }
 
     /// Forgets a parent (deleted).
@@ -124,35 +161,65 @@ impl LookupIndex {
         }
     }
 
-    /// The parents whose last plan read the object of `key` by name, or listed its namespace
-    /// (or every namespace): each once.
-    pub(crate) fn readers_covering(&self, key: &LookupKey, namespaced: bool) -> Vec<ParentKey> {
-        let list = |namespace: &str| LookupKey {
-            namespace: namespace.to_owned(),
-            name: String::new(),
-            ..key.clone()
+    /// Notes a change to the object of `key` and returns the parents whose last plan read it by
+    /// name, or listed its namespace (or every namespace): each once.
+    pub(crate) fn changed(&self, key: &LookupKey, namespaced: bool) -> Vec<ParentKey> {
+        let Ok(mut inner) = self.inner.lock() else {
+            return Vec::new();
         };
-        let mut keys = vec![key.clone(), list(&key.namespace)];
-        if namespaced {
-            keys.push(list(ALL_NAMESPACES));
-        }
-        let mut readers: Vec<ParentKey> = keys.iter().flat_map(|k| self.readers(k)).collect();
+        inner.changes.push(key, namespaced);
+        let mut readers: Vec<ParentKey> = covering(key, namespaced)
+            .iter()
+            .flat_map(|k| inner.readers_of(k))
+            .collect();
         readers.sort();
         readers.dedup();
         readers
     }
 
     /// The parents whose last plan read `key`.
-    pub(crate) fn readers(&self, key: &LookupKey) -> Vec<ParentKey> {
-        self.inner
-            .lock()
-            .ok()
-            .and_then(|inner| inner.readers.get(key).map(Readers::parents))
-            .unwrap_or_default()
+    #[cfg(test)]
+    fn readers(&self, key: &LookupKey) -> Vec<ParentKey> {
+        self.inner.lock().map(|inner| inner.readers_of(key)).unwrap_or_default()
     }
 }
 
 impl IndexInner {
+    fn readers_of(&self, key: &LookupKey) -> Vec<ParentKey> {
+        self.readers.get(key).map(Readers::parents).unwrap_or_default()
+    }
+
+    /// Replaces what `parent` read with `keys`.
+    fn replace(&mut self, parent: ParentKey, keys: Vec<LookupKey>) {
+        let same = self
+            .read
+            .get(&parent)
+            .is_some_and(|held| held.iter().map(|key| &**key).eq(keys.iter()));
+        if same || (keys.is_empty() && !self.read.contains_key(&parent)) {
+            return;
+        }
+        self.unlink(&parent);
+        if keys.is_empty() {
+            return;
+        }
+        let parent = Arc::new(parent);
+        let keys: Box<[Arc<LookupKey>]> = keys
+            .into_iter()
+            .map(|key| {
+                let key = match self.readers.get_key_value(&key) {
+                    Some((held, _)) => held.clone(),
+                    None => Arc::new(key),
+                };
+                self.readers
+                    .entry(key.clone())
+                    .and_modify(|readers| readers.add(&parent))
+                    .or_insert_with(|| Readers::One(parent.clone()));
+                key
+            })
+            .collect();
+        self.read.insert(parent, keys);
+    }
+
     fn unlink(&mut self, parent: &ParentKey) {
         for key in self.read.remove(parent).unwrap_or_default() {
             if let Some(readers) = self.readers.get_mut(&key)
@@ -179,6 +246,8 @@ pub(crate) struct RuleLookups {
     /// Who read what.
     pub index: Arc<LookupIndex>,
     synced: watch::Receiver<bool>,
+    /// Parents whose plan read what changed while it ran, for the stream [`start`] returns.
+    again: mpsc::UnboundedSender<ParentKey>,
 }
 
 impl RuleLookups {
@@ -194,10 +263,11 @@ impl RuleLookups {
             .map(|cache| (cache.resource.kind.as_str(), cache.store.len()))
     }
 
-    /// A source that remembers what a plan reads.
+    /// A source that remembers what a plan reads, to be taken right before the plan.
     pub(crate) fn recording(&self) -> Recording<'_> {
         Recording {
             lookups: self,
+            since: self.index.mark(),
             read: Mutex::new(Vec::new()),
         }
     }
@@ -254,15 +324,21 @@ impl LookupSource for RuleLookups {
 /// A [`LookupSource`] that remembers every key read, for the index.
 pub(crate) struct Recording<'a> {
     lookups: &'a RuleLookups,
+    /// The number of the first change the plan may not have seen.
+    since: u64,
     read: Mutex<Vec<LookupKey>>,
 }
 
 impl Recording<'_> {
     /// Records what was read as `parent`'s lookups (also when the plan failed: a fix to the
-    /// looked-up object must reach the parent).
+    /// looked-up object must reach the parent), and queues the parent again when one of them
+    /// changed while the plan ran.
     pub(crate) fn commit(self, parent: ParentKey) {
         let keys = self.read.into_inner().unwrap_or_default();
-        self.lookups.index.record(parent, keys);
+        if self.lookups.index.record(parent.clone(), keys, self.since) {
+            // Closed only when the controller is gone.
+            let _ = self.lookups.again.unbounded_send(parent);
+        }
     }
 }
 
@@ -287,9 +363,9 @@ impl LookupSource for Recording<'_> {
 }
 
 /// Starts one cache per looked-up kind of `rule`, each fed by `watch` (every namespace, no
-/// label selector). Returns the lookups and the stream of parents
-/// to re-reconcile (the readers of each changed object; readers no longer in `parents` are
-/// forgotten). No lookups: no cache, an empty stream.
+/// label selector). Returns the lookups and the stream of parents to re-reconcile (the readers
+/// of each changed object, readers no longer in `parents` forgotten, and the parents whose plan
+/// ran across a change to what it read). No lookups: no cache, a stream of nothing.
 pub(crate) fn start(
     rule: &Rule,
     kinds: &Kinds,
@@ -334,8 +410,8 @@ pub(crate) fn start(
                     name: object.name_any(),
                 };
                 let mut due = Vec::new();
-                for parent in index.readers_covering(&key, namespaced) {
-                    let reference = ObjectRef::new_with(&parent.1, parent_resource.clone()).within(&parent.0);
+                for parent in index.changed(&key, namespaced) {
+                    let reference = parents::reference(&parent_resource, &parent.0, &parent.1);
                     if parents.get(&reference).is_some() {
                         due.push(reference);
                     } else {
@@ -347,9 +423,21 @@ pub(crate) fn start(
         );
         streams.push(stream.boxed());
     }
+    let (again, again_rx) = mpsc::unbounded();
+    let parent_resource = parent_resource.clone();
+    streams.push(
+        again_rx
+            .map(move |(namespace, name): ParentKey| parents::reference(&parent_resource, &namespace, &name))
+            .boxed(),
+    );
     let synced = synced(caches.values().map(|c| c.store.clone()).collect());
     Ok((
-        RuleLookups { caches, index, synced },
+        RuleLookups {
+            caches,
+            index,
+            synced,
+            again,
+        },
         futures::stream::select_all(streams),
     ))
 }
@@ -394,16 +482,16 @@ mod tests {
             name: String::new(),
             ..key("")
         };
-        index.record(parent("by-name"), vec![key("defaults")]);
-        index.record(parent("lists-ns"), vec![list("ns")]);
-        index.record(parent("lists-all"), vec![list(ALL_NAMESPACES)]);
-        index.record(parent("lists-other"), vec![list("other")]);
+        index.record(parent("by-name"), vec![key("defaults")], 0);
+        index.record(parent("lists-ns"), vec![list("ns")], 0);
+        index.record(parent("lists-all"), vec![list(ALL_NAMESPACES)], 0);
+        index.record(parent("lists-other"), vec![list("other")], 0);
         assert_eq!(
-            index.readers_covering(&key("defaults"), true),
+            index.changed(&key("defaults"), true),
             vec![parent("by-name"), parent("lists-all"), parent("lists-ns")]
         );
         assert_eq!(
-            index.readers_covering(&key("new-match"), true),
+            index.changed(&key("new-match"), true),
             vec![parent("lists-all"), parent("lists-ns")],
             "an object no one read by name reaches the lists"
         );
@@ -412,14 +500,14 @@ mod tests {
     #[test]
     fn readers_are_exactly_the_parents_whose_last_plan_read_the_object() {
         let index = LookupIndex::default();
-        index.record(parent("a"), vec![key("defaults")]);
-        index.record(parent("b"), vec![key("defaults"), key("b-override")]);
-        index.record(parent("c"), vec![key("other")]);
+        index.record(parent("a"), vec![key("defaults")], 0);
+        index.record(parent("b"), vec![key("defaults"), key("b-override")], 0);
+        index.record(parent("c"), vec![key("other")], 0);
         let mut readers = index.readers(&key("defaults"));
         readers.sort();
         assert_eq!(readers, vec![parent("a"), parent("b")]);
 
-        index.record(parent("b"), vec![key("b-override")]);
+        index.record(parent("b"), vec![key("b-override")], 0);
         assert_eq!(
             index.readers(&key("defaults")),
             vec![parent("a")],
@@ -433,20 +521,63 @@ mod tests {
     #[test]
     fn the_same_reads_again_change_nothing_and_no_reads_forget_the_parent() {
         let index = LookupIndex::default();
-        index.record(parent("a"), vec![key("defaults")]);
-        index.record(parent("b"), vec![key("defaults")]);
-        index.record(parent("a"), vec![key("defaults")]);
+        index.record(parent("a"), vec![key("defaults")], 0);
+        index.record(parent("b"), vec![key("defaults")], 0);
+        index.record(parent("a"), vec![key("defaults")], 0);
         let mut readers = index.readers(&key("defaults"));
         readers.sort();
         assert_eq!(readers, vec![parent("a"), parent("b")]);
-        index.record(parent("b"), Vec::new());
+        index.record(parent("b"), Vec::new(), 0);
         assert_eq!(index.readers(&key("defaults")), vec![parent("a")]);
-        index.record(parent("a"), Vec::new());
+        index.record(parent("a"), Vec::new(), 0);
         assert!(index.readers(&key("defaults")).is_empty());
         let inner = index.inner.lock().expect("not poisoned");
         assert!(
             inner.readers.is_empty() && inner.read.is_empty(),
             "nothing is kept for no reads"
         );
+    }
+
+    #[test]
+    fn a_plan_that_ran_across_a_change_to_what_it_read_is_told_so() {
+        let index = LookupIndex::default();
+        index.changed(&key("defaults"), true);
+        let since = index.mark();
+        assert!(
+            !index.record(parent("a"), vec![key("defaults")], since),
+            "a change before the plan read was seen by it"
+        );
+
+        let since = index.mark();
+        assert!(index.changed(&key("defaults"), true).contains(&parent("a")));
+        index.changed(&key("unrelated"), true);
+        assert!(
+            index.record(parent("b"), vec![key("defaults")], since),
+            "b's plan may have read defaults before it changed, when b was no reader yet"
+        );
+        assert!(!index.record(parent("c"), vec![key("other")], since));
+
+        let list = LookupKey {
+            name: String::new(),
+            ..key("")
+        };
+        let since = index.mark();
+        index.changed(&key("new-match"), true);
+        assert!(
+            index.record(parent("d"), vec![list], since),
+            "a new object in a listed namespace"
+        );
+    }
+
+    #[test]
+    fn a_plan_that_ran_across_more_changes_than_are_kept_is_told_so_whatever_it_read() {
+        let index = LookupIndex::default();
+        let since = index.mark();
+        for n in 0..RECENT_CHANGES {
+            index.changed(&key(&format!("other-{n}")), true);
+        }
+        assert!(!index.record(parent("a"), vec![key("defaults")], since), "all kept");
+        index.changed(&key("one-more"), true);
+        assert!(index.record(parent("a"), vec![key("defaults")], since), "one forgotten");
     }
 }

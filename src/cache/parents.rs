@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 use serde_json::{Map, Value};
 
@@ -61,6 +63,18 @@ pub(crate) struct ParentIndex {
 
 fn key(object: &DynamicObject) -> String {
     format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// The reference kube-runtime keys a parent by: none of a cluster-scoped parent's has a
+/// namespace (`namespace` empty). kube-runtime's queue tells parents apart by reference, so a
+/// second spelling of one parent could be reconciled beside itself.
+pub(crate) fn reference(resource: &ApiResource, namespace: &str, name: &str) -> ObjectRef<DynamicObject> {
+    let reference = ObjectRef::new_with(name, resource.clone());
+    if namespace.is_empty() {
+        reference
+    } else {
+        reference.within(namespace)
+    }
 }
 
 /// Reduces an object to what kube-runtime's store needs: its metadata.
@@ -132,7 +146,7 @@ impl ParentIndex {
 
     /// The parent `namespace/name` as JSON, with its apiVersion and kind (objects from a LIST
     /// carry none); `None` when it is not cached (deleted a moment ago).
-    pub(crate) fn get(&self, namespace: &str, name: &str, resource: &kube::discovery::ApiResource) -> Option<Value> {
+    pub(crate) fn get(&self, namespace: &str, name: &str, resource: &ApiResource) -> Option<Value> {
         let body = self
             .bodies
             .read()
@@ -152,7 +166,6 @@ impl ParentIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::discovery::ApiResource;
     use serde_json::json;
 
     fn database(name: &str, replicas: i64) -> DynamicObject {
@@ -230,5 +243,20 @@ mod tests {
         index.count_departure(&Event::InitDone);
         index.count_departure(&Event::Delete(database("b", 1)));
         assert_eq!(index.departures(), 2);
+    }
+
+    #[test]
+    fn a_reference_is_the_one_the_store_keys_the_parent_by() {
+        let namespaced = database("a", 1);
+        assert_eq!(
+            reference(&resource(), "ns", "a"),
+            ObjectRef::from_obj_with(&namespaced, resource())
+        );
+        let mut cluster_scoped = namespaced;
+        cluster_scoped.metadata.namespace = None;
+        assert_eq!(
+            reference(&resource(), "", "a"),
+            ObjectRef::from_obj_with(&cluster_scoped, resource())
+        );
     }
 }

@@ -40,20 +40,18 @@ where
         backoff: DefaultBackoff::default(),
         pause: None,
         last_gone: None,
+        wake,
     };
-    futures::stream::unfold(state, move |mut state| {
-        let wake = wake.clone();
-        async move {
-            if let Some(pause) = state.pause.take() {
-                tokio::select! {
-                    () = tokio::time::sleep(pause) => {}
-                    () = wake.notified() => {}
-                }
+    futures::stream::unfold(state, |mut state| async move {
+        if let Some(pause) = state.pause.take() {
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = state.wake.notified() => {}
             }
-            let item = state.events.next().await?;
-            state.after(&item);
-            Some((item, state))
         }
+        let item = state.events.next().await?;
+        state.after(&item);
+        Some((item, state))
     })
 }
 
@@ -65,6 +63,8 @@ struct Retry<K> {
     pause: Option<Duration>,
     /// When the last 410 Gone came.
     last_gone: Option<Instant>,
+    /// Cuts a pause short.
+    wake: Arc<Notify>,
 }
 
 impl<K> Retry<K> {

@@ -21,7 +21,7 @@ use crate::apply::events;
 use crate::cache::children::ChildIndex;
 use crate::cache::discovery::{Kinds, NotResolved, ServedKind};
 use crate::cache::lookups::{self};
-use crate::cache::parents::ParentIndex;
+use crate::cache::parents::{self, ParentIndex};
 use crate::cache::watch::{SkipReporter, Skipped};
 use crate::engine::plan::context::LABEL_RULE;
 use crate::engine::plan::scope::ANNOTATION_PARENT;
@@ -182,9 +182,8 @@ pub(crate) fn start(shared: Arc<Shared>, rule: &Rule, kinds: &Kinds) -> Result<R
     let (delivered, delivered_rx) = mpsc::unbounded();
     let deliveries = Arc::new(Deliveries::new(delivered));
     let resource = parent_kind.resource.clone();
-    let delivered_parents = delivered_rx.map(move |(namespace, name): (String, String)| {
-        ObjectRef::new_with(&name, resource.clone()).within(&namespace)
-    });
+    let delivered_parents =
+        delivered_rx.map(move |(namespace, name): (String, String)| parents::reference(&resource, &namespace, &name));
     controller = queue_on(controller, &triggers, Trigger::Delivered, delivered_parents);
     let (reconcile_all, reconcile_all_rx) = mpsc::unbounded();
     let (queued, reloaded) = (triggers.clone(), parent_store.clone());

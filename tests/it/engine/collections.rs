@@ -272,6 +272,61 @@ fn editing_a_looked_up_configmap_updates_exactly_the_parents_that_read_it() {
     });
 }
 
+// A cluster-scoped parent's reference has no namespace: an edit of what it looked up must find
+// it in the parents' store (an empty namespace names no parent there).
+#[test]
+fn a_cluster_scoped_parent_follows_edits_of_what_it_looked_up() {
+    let ns = Namespace::new("coll-cluster");
+    let rule = format!(
+        r#"apiVersion: ruleop.io/v1alpha1
+kind: Rule
+metadata:
+  name: namespace-settings
+spec:
+  watch:
+    apiVersion: v1
+    kind: Namespace
+    scope: Cluster
+    annotationSelector: {{ruleop-test/settings: "{}"}}
+  lookups:
+    - id: settings
+      apiVersion: v1
+      kind: ConfigMap
+      name: settings
+  children:
+    - id: copy
+      apiVersion: v1
+      kind: ConfigMap
+      template: ns/copy.yaml.j2
+"#,
+        ns.0
+    );
+    let copy = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings-copy\n  namespace: {{ metadata.name }}\ndata:\n  color: {{ lookups.settings | dig(\"data.color\", \"none\") }}\n";
+    let (rules, templates) = (
+        written(&[("namespace-settings.yaml", &rule)]),
+        written(&[("ns/copy.yaml.j2", copy)]),
+    );
+    let _operator = Operator::start(rules.path(), templates.path(), &ns.0);
+    apply_yaml(
+        &ns.0,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n",
+    );
+    kubectl_ok(&[
+        "annotate",
+        "namespace",
+        &ns.0,
+        &format!("ruleop-test/settings={}", ns.0),
+    ]);
+    let color = || get(&ns.0, "configmap/settings-copy", "{.data.color}");
+    wait_until(WAIT, "the copy of the looked-up settings", || color() == "blue");
+
+    // The rule's resync is the default 10 minutes: only the lookup's watch can bring this.
+    merge_patch(&ns.0, "configmap/settings", r#"{"data":{"color":"red"}}"#);
+    wait_until(Duration::from_secs(10), "an edit of the looked-up settings", || {
+        color() == "red"
+    });
+}
+
 #[test]
 fn a_lookup_added_by_a_reload_starts_its_cache_and_follows_edits() {
     let ns = Namespace::new("coll-reload");

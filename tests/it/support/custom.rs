@@ -2,7 +2,7 @@
 //! the shipped ones other tests use: a CRD whose objects keep any field, and a one-rule
 //! directory that gives each object one ConfigMap child.
 
-use super::{kubectl, kubectl_ok, kubectl_with_stdin};
+use super::{kubectl, kubectl_ok, kubectl_with_stdin, written};
 
 /// Files as (path relative to a directory, content).
 pub type Files = Vec<(String, String)>;
@@ -120,20 +120,12 @@ impl CustomKind {
         spec_body: &str,
         templates: &[(&str, &str)],
     ) -> (tempfile::TempDir, tempfile::TempDir) {
-        let rules_dir = tempfile::tempdir().expect("tempdir");
-        let templates_dir = tempfile::tempdir().expect("tempdir");
         let text = format!(
             "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata:\n  name: {rule}\nspec:\n  watch:\n    apiVersion: {}\n    kind: {}\n{spec_body}",
             self.api_version(),
             self.kind
         );
-        std::fs::write(rules_dir.path().join(format!("{rule}.yaml")), text).expect("write rule");
-        for (path, text) in templates {
-            let path = templates_dir.path().join(path);
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-            std::fs::write(path, text).expect("write template");
-        }
-        (rules_dir, templates_dir)
+        (written(&[(&format!("{rule}.yaml"), &text)]), written(templates))
     }
 
     /// Rules and templates: rule `<rule>` watches the kind and gives each object a ConfigMap

@@ -53,12 +53,23 @@ pub fn templates_with(extra: &[(&str, &str)]) -> tempfile::TempDir {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     copy(&templates(), dir.path());
-    for (path, text) in extra {
-        let path = dir.path().join(path);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(path, text).expect("write template");
-    }
+    write_files(dir.path(), extra);
     dir
+}
+
+/// A directory of the files `files` (relative path, text) alone.
+pub fn written(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_files(dir.path(), files);
+    dir
+}
+
+fn write_files(dir: &Path, files: &[(&str, &str)]) {
+    for (path, text) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write file");
+    }
 }
 
 /// The shipped templates directory.
