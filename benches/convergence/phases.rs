@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::{Client, Config};
 use tokio::sync::mpsc;
 
+use crate::contenders::floor::FloorTemplates;
 use crate::contenders::{Contender, Runner, Setup};
 use crate::fairness::{Fairness, fairness};
 use crate::metrics::percentile;
@@ -110,6 +111,9 @@ pub struct RunResult {
     pub rss_peak_kb: Option<u64>,
     /// VmRSS after convergence and quiet.
     pub rss_steady_kb: Option<u64>,
+    /// The objects of the workload an operator of it caches, per parent: the parent, the
+    /// children `ruleop render` gives it, and the backup Job when the contender runs it.
+    pub objects_per_parent: Option<usize>,
     /// The anonymous part of VmRSS (RssAnon: heap and stacks, not the binary's code pages),
     /// in the empty namespace and after convergence.
     pub rss_anon_empty_kb: Option<u64>,
@@ -269,6 +273,8 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
     tokio::time::sleep(settings.steady).await;
     result.rss_steady_kb = op.proc_status("VmRSS");
     result.rss_anon_steady_kb = op.proc_status("RssAnon");
+    let children = FloorTemplates::render(ctx, &ctx.client, ns).await?.children.len();
+    result.objects_per_parent = Some(1 + children + usize::from(contender.runs_backup()));
     result.rss_peak_kb = op.proc_status("VmHWM").max(sampler.map(RssSampler::stop));
     result.notes.extend(op.stop("convergence").await);
 

@@ -64,6 +64,7 @@ pub fn report(r: &Report<'_>) -> Value {
                 "rss_kb": {"empty": x.rss_empty_kb, "peak_vmhwm": x.rss_peak_kb, "steady": x.rss_steady_kb,
                     "anon_empty": x.rss_anon_empty_kb, "anon_steady": x.rss_anon_steady_kb},
                 "bytes_per_object": bytes_per_object(x),
+                "objects_per_parent": x.objects_per_parent,
                 "startup": x.startup.as_ref().map(|s| json!({
                     "ready_ms": s.ready.as_secs_f64() * 1e3,
                     "first_reconcile_ms": s.first.as_secs_f64() * 1e3,

@@ -67,9 +67,10 @@ fn mb(kb: Option<u64>) -> Option<f64> {
     kb.map(|kb| kb as f64 / 1024.0)
 }
 
-/// (steady - empty) / (N parents + 2N children), in bytes.
+/// (steady - empty) / the workload's objects (the N parents and their children: `objects_per_parent`), in bytes.
 pub fn bytes_per_object(x: &RunResult) -> Option<f64> {
-    Some((x.rss_steady_kb? as f64 - x.rss_empty_kb? as f64) * 1024.0 / (3 * x.n) as f64)
+    let objects = x.n * x.objects_per_parent?;
+    Some((x.rss_steady_kb? as f64 - x.rss_empty_kb? as f64) * 1024.0 / objects as f64)
 }
 
 /// Writes per parent during convergence.
@@ -144,7 +145,7 @@ fn rows() -> Vec<Row> {
             |x| mb(x.startup.as_ref()?.rss_kb),
         ),
         row(
-            "(3) bytes per cached object (N parents + 2N children)",
+            "(3) bytes per cached object (N parents and their children)",
             0,
             true,
             "<= 2232 (1/4 of 8928)",
