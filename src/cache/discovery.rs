@@ -54,6 +54,13 @@ impl Kinds {
         self.served.get(&(api_version.to_owned(), kind.to_owned()))
     }
 
+    /// These kinds and `served` for `(api_version, kind)`, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn with(mut self, api_version: &str, kind: &str, served: ServedKind) -> Self {
+        self.served.insert((api_version.to_owned(), kind.to_owned()), served);
+        self
+    }
+
     /// Like [`Kinds::get`], an error when it was not resolved.
     pub(crate) fn resolved(&self, api_version: &str, kind: &str) -> Result<&ServedKind, NotResolved> {
         self.get(api_version, kind).ok_or_else(|| NotResolved {

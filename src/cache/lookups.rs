@@ -460,6 +460,7 @@ fn synced(stores: Vec<Store<DynamicObject>>) -> watch::Receiver<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
 
     fn key(name: &str) -> LookupKey {
         LookupKey {
@@ -579,5 +580,85 @@ mod tests {
         assert!(!index.record(parent("a"), vec![key("defaults")], since), "all kept");
         index.changed(&key("one-more"), true);
         assert!(index.record(parent("a"), vec![key("defaults")], since), "one forgotten");
+    }
+
+    /// A rule with one lookup (ConfigMap `defaults` of the parent's namespace), its lookups
+    /// started over a channel of watch events, and the stream of parents to reconcile again.
+    fn started_over_a_channel() -> (
+        RuleLookups,
+        BoxStream<'static, ObjectRef<DynamicObject>>,
+        futures::channel::mpsc::UnboundedSender<Result<watcher::Event<DynamicObject>, watcher::Error>>,
+    ) {
+        let rule = Rule::from_spec_yaml(
+            "watch: {apiVersion: myorg.io/v1, kind: Database}\nlookups:\n  - {id: defaults, apiVersion: v1, kind: ConfigMap, name: defaults}\n",
+        );
+        let config_maps = ServedKind {
+            resource: ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            namespaced: true,
+        };
+        let kinds = Kinds::default().with("v1", "ConfigMap", config_maps);
+        let parent_resource = ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("myorg.io", "v1", "Database"));
+        let mut parents = Writer::new(parent_resource.clone());
+        let parent: DynamicObject =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}}))
+                .expect("a parent");
+        parents.apply_watcher_event(&watcher::Event::Apply(parent));
+        let (events, events_rx) = futures::channel::mpsc::unbounded();
+        let events_rx = Mutex::new(Some(events_rx));
+        let (lookups, again) = start(&rule, &kinds, &parent_resource, parents.as_reader(), |_| {
+            events_rx
+                .lock()
+                .expect("not poisoned")
+                .take()
+                .expect("one kind")
+                .boxed()
+        })
+        .expect("started");
+        (lookups, again.boxed(), events)
+    }
+
+    fn defaults(color: &str) -> Result<watcher::Event<DynamicObject>, watcher::Error> {
+        let object = serde_json::json!({"metadata": {"name": "defaults", "namespace": "ns"}, "data": {"color": color}});
+        Ok(watcher::Event::Apply(
+            serde_json::from_value(object).expect("a ConfigMap"),
+        ))
+    }
+
+    /// The parents the stream queues with what it was sent so far (it is not waited on).
+    fn queued(again: &mut BoxStream<'static, ObjectRef<DynamicObject>>) -> Vec<String> {
+        let mut names = Vec::new();
+        while let Some(Some(reference)) = again.next().now_or_never() {
+            names.push(reference.to_string());
+        }
+        names
+    }
+
+    #[tokio::test]
+    async fn a_change_between_a_plans_read_and_its_record_queues_the_parent_again() {
+        let (lookups, mut again, events) = started_over_a_channel();
+        for event in [Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)] {
+            events.unbounded_send(event).expect("sent");
+        }
+        assert!(queued(&mut again).is_empty());
+
+        // The first plan of parent a reads `defaults` (absent); the object comes before the
+        // plan records the read, when a is no reader yet.
+        let read = lookups.recording();
+        let key = key("defaults");
+        assert!(read.get(&key).is_none());
+        events.unbounded_send(defaults("blue")).expect("sent");
+        assert!(queued(&mut again).is_empty(), "no reader yet");
+        read.commit(parent("a"));
+        assert_eq!(queued(&mut again), vec!["Database.v1.myorg.io/a.ns"]);
+
+        // Its next plan sees the object, and nothing changes while it runs: nothing more.
+        let read = lookups.recording();
+        assert!(read.get(&key).is_some());
+        read.commit(parent("a"));
+        assert!(queued(&mut again).is_empty());
+
+        // A change after the record reaches a as a reader.
+        events.unbounded_send(defaults("red")).expect("sent");
+        assert_eq!(queued(&mut again), vec!["Database.v1.myorg.io/a.ns"]);
     }
 }
