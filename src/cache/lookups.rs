@@ -582,13 +582,12 @@ mod tests {
         assert!(index.record(parent("a"), vec![key("defaults")], since), "one forgotten");
     }
 
+    /// Where a test sends the watch events of the looked-up kind.
+    type Events = mpsc::UnboundedSender<Result<watcher::Event<DynamicObject>, watcher::Error>>;
+
     /// A rule with one lookup (ConfigMap `defaults` of the parent's namespace), its lookups
     /// started over a channel of watch events, and the stream of parents to reconcile again.
-    fn started_over_a_channel() -> (
-        RuleLookups,
-        BoxStream<'static, ObjectRef<DynamicObject>>,
-        futures::channel::mpsc::UnboundedSender<Result<watcher::Event<DynamicObject>, watcher::Error>>,
-    ) {
+    fn started_over_a_channel() -> (RuleLookups, BoxStream<'static, ObjectRef<DynamicObject>>, Events) {
         let rule = Rule::from_spec_yaml(
             "watch: {apiVersion: myorg.io/v1, kind: Database}\nlookups:\n  - {id: defaults, apiVersion: v1, kind: ConfigMap, name: defaults}\n",
         );
@@ -603,7 +602,7 @@ mod tests {
             serde_json::from_value(serde_json::json!({"metadata": {"name": "a", "namespace": "ns"}}))
                 .expect("a parent");
         parents.apply_watcher_event(&watcher::Event::Apply(parent));
-        let (events, events_rx) = futures::channel::mpsc::unbounded();
+        let (events, events_rx) = mpsc::unbounded();
         let events_rx = Mutex::new(Some(events_rx));
         let (lookups, again) = start(&rule, &kinds, &parent_resource, parents.as_reader(), |_| {
             events_rx

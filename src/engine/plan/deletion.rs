@@ -430,22 +430,10 @@ fn empty(
     actions: Vec<actions::ActionDecision>,
 ) -> Plan {
     Plan {
-        children: Vec::new(),
-        prune: Vec::new(),
-        release: Vec::new(),
-        waiting: Vec::new(),
-        readiness: std::collections::BTreeMap::new(),
-        held_removals: Vec::new(),
-        lookups: Vec::new(),
         actions,
         finalizer,
         deletion: Some(deletion),
-        status_patch: None,
-        status,
-        status_problems: Vec::new(),
-        paused: false,
-        parent_metadata: None,
-        warnings: Vec::new(),
+        ..Plan::with_status_only(status)
     }
 }
 

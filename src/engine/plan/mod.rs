@@ -214,6 +214,31 @@ pub struct Plan {
     pub warnings: Vec<status::ConditionWarning>,
 }
 
+impl Plan {
+    /// A plan that writes no child, runs no action and patches no status: `status` alone, for
+    /// the caller to build on (a paused parent, a deletion's steps).
+    pub(crate) fn with_status_only(status: DesiredStatus) -> Plan {
+        Plan {
+            children: Vec::new(),
+            prune: Vec::new(),
+            release: Vec::new(),
+            waiting: Vec::new(),
+            readiness: BTreeMap::new(),
+            held_removals: Vec::new(),
+            lookups: Vec::new(),
+            actions: Vec::new(),
+            finalizer: deletion::FinalizerStep::Unchanged,
+            deletion: None,
+            status_patch: None,
+            status,
+            status_problems: Vec::new(),
+            paused: false,
+            parent_metadata: None,
+            warnings: Vec::new(),
+        }
+    }
+}
+
 /// The status fields and conditions a plan wants, independent of the status it was planned on.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DesiredStatus {

@@ -43,22 +43,9 @@ pub(crate) fn plan(parent: &Value, now: &str) -> Plan {
         revision: None,
     };
     Plan {
-        children: Vec::new(),
-        prune: Vec::new(),
-        release: Vec::new(),
-        waiting: Vec::new(),
-        readiness: std::collections::BTreeMap::new(),
-        held_removals: Vec::new(),
-        lookups: Vec::new(),
-        actions: Vec::new(),
-        finalizer: super::deletion::FinalizerStep::Unchanged,
-        deletion: None,
         status_patch: status_patch(parent, observed, Map::new(), &status.conditions, now),
-        status,
-        status_problems: Vec::new(),
         paused: true,
-        parent_metadata: None,
-        warnings: Vec::new(),
+        ..Plan::with_status_only(status)
     }
 }
 
