@@ -96,12 +96,8 @@ fn memory_over_n_converged_databases() {
 
     let mb = |kb: u64| kb as f64 / 1024.0;
     // What the operator caches, by its own count (parents, children, looked-up objects).
-    let cached: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("ruleop_cached_objects{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    let per_object = (steady.saturating_sub(empty) * 1024) as f64 / cached.max(1.0);
+    let cached = sum_metric(&metrics, "ruleop_cached_objects", &[]);
+    let per_object = (steady.saturating_sub(empty) * 1024) as f64 / cached.max(1) as f64;
     println!("memory, N = {n} (binary {})", binary().display());
     println!("  converged in {converged:.1?}; restart: all reconciled in {all_reconciled:.1?}, {writes} writes");
     println!(
