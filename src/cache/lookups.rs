@@ -77,7 +77,8 @@ impl Changes {
             || self
                 .recent
                 .iter()
-                .filter(|(number, ..)| *number >= since)
+                .rev()
+                .take_while(|(number, ..)| *number >= since)
                 .any(|(_, key, namespaced)| covering(key, *namespaced).iter().any(|k| read.contains(k)))
     }
 }
