@@ -12,14 +12,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::PlanError;
 use super::children::{Declared, Placement, render_object};
 use super::context::{self, LABEL_ACTION, ParentRef};
-use super::schedule::{Schedule, Slot};
+use crate::engine::base::digest::sha256_hex_prefix;
+use crate::engine::base::schedule::{Schedule, Slot};
 use crate::engine::rules::Rule;
-use crate::engine::rules::load::hex;
 use crate::engine::rules::model::{ActionSpec, ActionTrigger, HeaderValue, SecretKeyRef};
 use crate::engine::template::{self, Renderer};
 
@@ -268,8 +267,10 @@ pub const KEY_LEN: usize = 16;
 
 /// The idempotency key of a run: stable for (parent UID, action id, guard value).
 pub fn idempotency_key(parent_uid: &str, action_id: &str, guard_value: &str) -> String {
-    let digest = Sha256::digest(format!("{parent_uid}/{action_id}/{guard_value}").as_bytes());
-    hex(&digest[..KEY_LEN / 2])
+    sha256_hex_prefix(
+        format!("{parent_uid}/{action_id}/{guard_value}").as_bytes(),
+        KEY_LEN / 2,
+    )
 }
 
 /// Whether `key` has the form of an [`idempotency_key`].

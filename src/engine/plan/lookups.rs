@@ -125,7 +125,7 @@ pub(crate) fn keys(
             api_version: lookup.api_version.clone(),
             kind: lookup.kind.clone(),
             namespace: if rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
-                || super::builtin::is_cluster_scoped(&lookup.api_version, &lookup.kind)
+                || crate::engine::base::builtin_kinds::is_cluster_scoped(&lookup.api_version, &lookup.kind)
             {
                 String::new()
             } else if namespace.is_empty() {
@@ -159,7 +159,7 @@ fn guard(
         || Some(namespace) == parent_ref.home_namespace()
         || rule.spec.allowed_namespaces.iter().any(|a| a.value == namespace)
         || rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
-        || super::builtin::is_cluster_scoped(&lookup.api_version, &lookup.kind)
+        || crate::engine::base::builtin_kinds::is_cluster_scoped(&lookup.api_version, &lookup.kind)
     {
         return Ok(());
     }

@@ -6,21 +6,18 @@
 //! validation error yields a [`PlanError`] and no plan, so no partial child set is ever applied.
 
 pub mod actions;
-pub(crate) mod builtin;
 pub(crate) mod children;
 pub(crate) mod context;
 pub(crate) mod deletion;
 pub(crate) mod foreach;
 pub(crate) mod lifecycle;
 pub(crate) mod lookups;
-pub(crate) mod names;
 pub(crate) mod observed;
 pub(crate) mod order;
 pub(crate) mod ownership;
 pub(crate) mod parent_metadata;
 pub(crate) mod pause;
 pub(crate) mod scaling;
-pub(crate) mod schedule;
 pub(crate) mod scope;
 pub(crate) mod status;
 pub(crate) mod status_eval;
