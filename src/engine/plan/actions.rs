@@ -14,8 +14,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::PlanError;
-use super::children::{Declared, Placement, render_object};
+use super::children::{Declared, render_object};
 use super::context::{self, LABEL_ACTION, ParentRef};
+use super::scope::Placement;
 use crate::engine::base::digest::sha256_hex_prefix;
 use crate::engine::base::schedule::{Schedule, Slot};
 use crate::engine::rules::Rule;
@@ -446,7 +447,7 @@ fn decide_guarded(
         let label = rule.inline_template(&format!("actions.{id}.when"));
         let holds = renderer
             .eval_bool(&label, &when.value, base_context)
-            .map_err(|e| super::status_eval::relocate(rule, when, e))?;
+            .map_err(|e| super::relocate::relocate(rule, when, e))?;
         if !holds {
             return Ok(skip(format!("`when` is false ({})", when.value)));
         }

@@ -2,8 +2,9 @@
 
 use serde_json::{Value, json};
 
+use super::PlanError;
 use super::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
-use super::{PlanError, scope};
+use super::scope::{self, Placement};
 use crate::engine::base::builtin_kinds;
 use crate::engine::base::digest::sha256_hex_prefix;
 use crate::engine::base::k8s_names;
@@ -124,19 +125,6 @@ pub(crate) struct Declared<'a> {
     pub template: &'a str,
     /// Where the object may live.
     pub placement: Placement,
-}
-
-/// Where a rendered object may live, which decides how the parent owns it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Placement {
-    /// In the parent's namespace only (objects created by actions).
-    ParentNamespace,
-    /// A child: in the parent's namespace (controller ownerReference), or, owned by labels,
-    /// cluster-scoped or in another namespace (which [`super::scope::guard`] then checks).
-    Child {
-        /// Whether the kind is cluster-scoped.
-        cluster_scoped: bool,
-    },
 }
 
 /// The length of `object` as compact JSON, counted without building the text.

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::PlanError;
 use super::context::layer;
-use super::status_eval::relocate;
+use super::relocate::relocate;
 use crate::engine::base::digest::sha256_hex_prefix;
 use crate::engine::diagnostic::SourceLocation;
 use crate::engine::rules::Rule;

@@ -107,7 +107,7 @@ pub(crate) fn keys(
         let render = |field: &str, source: &Located<String>| {
             renderer
                 .render_text(&rule.inline_template(&format!("lookups.{id}.{field}")), parent_context)
-                .map_err(|e| super::status_eval::relocate(rule, source, e))
+                .map_err(|e| super::relocate::relocate(rule, source, e))
         };
         let name = match &lookup.name {
             Some(template) => render("name", template)?.trim().to_owned(),
