@@ -1,7 +1,7 @@
 //! Loading: a rules directory and a templates directory -> a validated [`RuleSet`], or every
 //! problem found, each with its file:line:col and what to do. The steps: read the files
-//! ([`crate::engine::base::files`], [`super::read`]), compile the templates, validate each rule
-//! document ([`super::validate`]), then the rules against each other. All-or-nothing.
+//! (`base/files.rs`, `read.rs`), compile the templates, validate each rule document
+//! (`validate/`), then the rules against each other. All-or-nothing.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
