@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Writes OUT/kustomization.yaml: deploy/ as the test cluster's node runs it (tests/node/overlay),
-# with the image's exact tag (target/ruleop-image.tag, from `make image`) and KUBERNETES_SERVICE_PORT
-# the port of the API server in $KUBECONFIG. deploy/ and the overlay are copied under OUT with
-# their repository paths, so the copies can be edited (a rule or template change) and applied
-# again without touching the repository (the shipped rules and templates run unchanged):
+# Writes OUT/kustomization.yaml: the install (`kubectl apply -k .` of the repository) as the
+# test cluster's node runs it (tests/node/overlay), with the image's exact tag
+# (target/ruleop-image.tag, from `make image`) and KUBERNETES_SERVICE_PORT the port of the API
+# server in $KUBECONFIG. What the install reads (the root kustomization.yaml, rules/, templates/,
+# deploy/crds, deploy/base) and the overlay are copied to OUT/repo with their repository paths,
+# so the copies can be edited (a rule or template change) and applied again without touching the
+# repository (the shipped rules and templates run unchanged):
 #
 #   tests/node/overlay.sh OUT && kubectl apply -k OUT
-#   (edit OUT/deploy/config/templates/... ) && kubectl apply -k OUT
+#   (edit OUT/repo/templates/... ) && kubectl apply -k OUT
 #
 # With --post-render it is a Helm post-renderer: the chart's rendered objects on stdin get the
 # same patches (tests/node/overlay/patches), tag and port, and are written to stdout:
@@ -31,15 +33,14 @@ if [ "${1:-}" = --post-render ]; then
     resource=rendered.yaml
 else
     out="${1:?$usage}"
-    mkdir -p "$out"
-    rm -rf "$out/deploy"
-    cp -a "$root/deploy" "$out/deploy"
+    rm -rf "$out/repo"
+    mkdir -p "$out/repo/deploy" "$out/repo/tests/node"
+    cp -a "$root/kustomization.yaml" "$root/rules" "$root/templates" "$out/repo/"
+    cp -a "$root/deploy/crds" "$root/deploy/base" "$out/repo/deploy/"
+    cp -a "$here/overlay" "$out/repo/tests/node/overlay"
     # tests/node/overlay takes the patches itself.
-    resource=tests/node/overlay
+    resource=repo/tests/node/overlay
 fi
-mkdir -p "$out/tests/node"
-rm -rf "$out/tests/node/overlay"
-cp -a "$here/overlay" "$out/tests/node/overlay"
 cat >"$out/kustomization.yaml" <<EOT
 # Written by tests/node/overlay.sh for the control plane at $server.
 apiVersion: kustomize.config.k8s.io/v1beta1
@@ -57,6 +58,7 @@ patches:
         value: {name: KUBERNETES_SERVICE_PORT, value: "$port"}
 EOT
 if [ "${1:-}" = --post-render ]; then
-    printf 'components:\n  - tests/node/overlay/patches\n' >>"$out/kustomization.yaml"
+    cp -a "$here/overlay/patches" "$out/patches"
+    printf 'components:\n  - patches\n' >>"$out/kustomization.yaml"
     kubectl kustomize "$out"
 fi
