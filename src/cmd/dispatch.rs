@@ -3,8 +3,10 @@
 use std::process::ExitCode;
 
 use crate::cmd::cli::{Cli, Command};
-use crate::cmd::offline;
-use crate::cmd::{diff, reference, ruletest, trace};
+use crate::cmd::reference;
+use crate::inspect::{diff, trace};
+use crate::offline;
+use crate::offline::ruletest;
 use clap::Parser;
 
 /// Runs the command line: parses the arguments, runs the command, maps its failure to an
@@ -33,7 +35,7 @@ pub fn main() -> ExitCode {
             match revision {
                 None => offline::render(&sources, &schemas, &inputs),
                 Some(revision) => {
-                    crate::cmd::rollout::render_revision(&sources, &schemas, &inputs, revision, &status_namespace)
+                    crate::inspect::rollout::render_revision(&sources, &schemas, &inputs, revision, &status_namespace)
                 }
             }
         }
@@ -95,20 +97,20 @@ pub fn main() -> ExitCode {
             namespace,
             output,
         } => {
-            let options = crate::cmd::status::Options {
+            let options = crate::inspect::status::Options {
                 status_namespace,
                 namespace,
                 json: output == crate::cmd::cli::StatusOutput::Json,
             };
-            return ExitCode::from(crate::cmd::status::command(&sources, &options));
+            return ExitCode::from(crate::inspect::status::command(&sources, &options));
         }
         Command::Console {
             sources,
             addr,
             status_namespace,
         } => {
-            let options = crate::cmd::console::Options { addr, status_namespace };
-            return ExitCode::from(crate::cmd::console::command(&sources, &options));
+            let options = crate::inspect::console::Options { addr, status_namespace };
+            return ExitCode::from(crate::inspect::console::command(&sources, &options));
         }
         Command::Rollout {
             show,
@@ -117,8 +119,8 @@ pub fn main() -> ExitCode {
             wait,
         } => {
             use crate::cmd::cli::RolloutShow;
-            use crate::cmd::rollout::Show;
             use crate::engine::rollout::control::Command as Ask;
+            use crate::inspect::rollout::Show;
             let show = match show {
                 RolloutShow::Status => Show::Status,
                 RolloutShow::History => Show::History,
@@ -126,7 +128,11 @@ pub fn main() -> ExitCode {
                 RolloutShow::Resume => Show::Ask(Ask::Resume, wait),
                 RolloutShow::Undo => Show::Ask(Ask::Undo, wait),
             };
-            return ExitCode::from(crate::cmd::rollout::command(show, rule.as_deref(), &status_namespace));
+            return ExitCode::from(crate::inspect::rollout::command(
+                show,
+                rule.as_deref(),
+                &status_namespace,
+            ));
         }
         Command::Rbac { sources, schemas } => offline::rbac(&sources, &schemas),
         Command::Run(args) => return crate::cmd::run::command(*args),

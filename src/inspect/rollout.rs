@@ -13,11 +13,11 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
 use crate::cmd::cli::{SchemaSources, Sources};
-use crate::cmd::live::dry_run::unified;
-use crate::cmd::offline::{CommandError, RenderInputs, load_checked, render_with, rule_of_parent};
 use crate::engine::rollout::control::{self, Command, REQUEST_LABEL, Request, request_name};
 use crate::engine::rollout::record::Record;
 use crate::engine::rules::RuleSet;
+use crate::inspect::live::dry_run::unified;
+use crate::offline::{CommandError, RenderInputs, load_checked, render_with, rule_of_parent};
 use crate::runtime::revisions::read_record;
 use crate::runtime::rollout::recorded;
 use crate::runtime::rollout_resume::set_of_record;
@@ -37,7 +37,7 @@ pub(crate) enum Show {
 /// `ruleop rollout status|history`; returns the exit code: 0, or 1 when `status` finds a halted
 /// or rolled-back rollout, 2 on error.
 pub(crate) fn command(show: Show, rule: Option<&str>, status_namespace: &str) -> u8 {
-    let Some(runtime) = crate::cmd::live::runtime() else {
+    let Some(runtime) = crate::inspect::live::runtime() else {
         return 2;
     };
     let result = runtime.block_on(async {
@@ -251,7 +251,7 @@ pub(crate) fn render_revision(
     let (files, _) = load_checked(sources, schemas)?;
     let rule = rule_of_parent(&files, inputs.file)?;
     let runtime =
-        crate::cmd::live::runtime().ok_or_else(|| CommandError("cannot start the async runtime".to_owned()))?;
+        crate::inspect::live::runtime().ok_or_else(|| CommandError("cannot start the async runtime".to_owned()))?;
     let mut set = runtime
         .block_on(kept_set(&rule, revision, status_namespace))
         .map_err(|e| CommandError(format!("error: {e:#}")))?;

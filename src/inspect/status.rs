@@ -80,10 +80,10 @@ pub(crate) struct Options {
 /// `ruleop status`; returns the exit code (0 everything Ready and the last reload Loaded, 1 not,
 /// 2 on error).
 pub(crate) fn command(sources: &Sources, options: &Options) -> u8 {
-    let Some(set) = crate::cmd::live::load_rules(sources, "rules") else {
+    let Some(set) = crate::inspect::live::load_rules(sources, "rules") else {
         return 2;
     };
-    let Some(runtime) = crate::cmd::live::runtime() else {
+    let Some(runtime) = crate::inspect::live::runtime() else {
         return 2;
     };
     match runtime.block_on(read(&set, options)) {
@@ -112,7 +112,7 @@ pub(crate) fn healthy(status: &Status) -> bool {
 }
 
 async fn read(set: &RuleSet, options: &Options) -> anyhow::Result<Status> {
-    let (client, kinds) = crate::cmd::live::connect(set).await?;
+    let (client, kinds) = crate::inspect::live::connect(set).await?;
     read_with(&client, &kinds, set, options).await
 }
 
@@ -152,7 +152,7 @@ pub(crate) async fn read_with(
             watches: format!("{} {}", watch.api_version, watch.kind),
             ..RuleStatus::default()
         };
-        match crate::cmd::live::list_parents(client, kinds, rule, options.namespace.as_deref(), None).await {
+        match crate::inspect::live::list_parents(client, kinds, rule, options.namespace.as_deref(), None).await {
             Ok(parents) => summarise(&mut summary, &parents),
             Err(e) => summary.error = Some(format!("{e:#}")),
         }

@@ -1,5 +1,7 @@
 //! The offline commands: `check`, `render`, `rbac` and `schema`. No cluster, no client.
 
+pub(crate) mod ruletest;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -783,7 +785,9 @@ pub fn crd(sources: &Sources) -> Result<String, CommandError> {
 pub fn schema(kind: crate::cmd::cli::SchemaKind) -> String {
     let schema = match kind {
         crate::cmd::cli::SchemaKind::Rule => schemars::schema_for!(crate::engine::rules::model::RuleDocument),
-        crate::cmd::cli::SchemaKind::RuleTest => schemars::schema_for!(crate::cmd::ruletest::model::RuleTestDocument),
+        crate::cmd::cli::SchemaKind::RuleTest => {
+            schemars::schema_for!(crate::offline::ruletest::model::RuleTestDocument)
+        }
     };
     let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
     text.push('\n');

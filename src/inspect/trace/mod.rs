@@ -1,7 +1,7 @@
 //! `ruleop trace KIND/NAME`: the live tree of one parent, strictly read-only.
 //!
 //! It loads what the operator's caches would hold for the parent (the parent, its children by
-//! the rule's labels, its lookups: [`crate::cmd::live`]), plans it with the same
+//! the rule's labels, its lookups: [`crate::inspect::live`]), plans it with the same
 //! [`plan::plan_with`], checks each existing child for drift with a server-side apply dry run
 //! (`dryRun=All`, never persisted) where the live object does not already cover the rendering,
 //! reads the parent's Events, and builds one [`model::Trace`] that [`render`] prints as a tree,
@@ -27,10 +27,10 @@ use crate::apply::children::with_desired_hash;
 use crate::apply::compare;
 use crate::cache::discovery::Kinds;
 use crate::cmd::cli::{Sources, TraceOutput};
-use crate::cmd::live::{self, dry_run};
 use crate::engine::diagnostic::bounded;
 use crate::engine::plan::{self, children::ObjectRef};
 use crate::engine::rules::{Rule, RuleSet};
+use crate::inspect::live::{self, dry_run};
 use model::{Drift, Inputs, Trace};
 
 /// How often `--watch` reads the cluster again.
@@ -57,10 +57,10 @@ pub(crate) struct Options {
 
 /// `ruleop trace` as a command; returns the exit code (0 Ready, 1 not Ready, 2 error).
 pub(crate) fn command(sources: &Sources, options: &Options) -> u8 {
-    let Some(set) = crate::cmd::live::load_rules(sources, "rules") else {
+    let Some(set) = crate::inspect::live::load_rules(sources, "rules") else {
         return 2;
     };
-    let Some(runtime) = crate::cmd::live::runtime() else {
+    let Some(runtime) = crate::inspect::live::runtime() else {
         return 2;
     };
     runtime.block_on(run(&set, options))

@@ -12,12 +12,12 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-use crate::cmd::offline::{self, CommandError};
 use crate::engine::plan::children::{ChildUpdate, ObjectRef as ChildRef};
 use crate::engine::plan::{Plan, PlanError};
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::model::RULE_API_VERSION;
 use crate::engine::yaml;
+use crate::offline::{self, CommandError};
 use matcher::{Mismatch, show, subset};
 use model::{Expectations, RULE_TEST_KIND, RuleTestDocument, TestCase};
 

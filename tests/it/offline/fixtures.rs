@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use ruleop::cmd::cli::{OutputFormat, SchemaSources, Sources};
-use ruleop::cmd::offline;
+use ruleop::offline;
 
 const NOW: &str = "2026-11-29T10:00:00Z";
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::cmd::trace::testkit::{NOW, applied, parent, plan_of, set, trace_of};
 use crate::engine::plan;
+use crate::inspect::trace::testkit::{NOW, applied, parent, plan_of, set, trace_of};
 
 #[test]
 fn a_child_whose_dependency_is_not_ready_waits_and_nothing_exists_yet() {
