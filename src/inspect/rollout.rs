@@ -12,12 +12,14 @@ use kube::Client;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
-use crate::cmd::cli::{SchemaSources, Sources};
+use crate::inspect::live::dry_run::unified;
+use crate::offline::plan::rule_of_parent;
+use crate::offline::render::render_with;
+use crate::offline::{CommandError, RenderInputs, SchemaSources, Sources, load_checked};
+
 use crate::engine::rollout::control::{self, Command, REQUEST_LABEL, Request, request_name};
 use crate::engine::rollout::record::Record;
 use crate::engine::rules::RuleSet;
-use crate::inspect::live::dry_run::unified;
-use crate::offline::{CommandError, RenderInputs, load_checked, render_with, rule_of_parent};
 use crate::runtime::revisions::read_record;
 use crate::runtime::rollout::recorded;
 use crate::runtime::rollout_resume::set_of_record;

@@ -14,9 +14,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cache::discovery::Kinds;
-use crate::cmd::cli::Sources;
 use crate::engine::diagnostic::bounded;
 use crate::engine::rules::RuleSet;
+use crate::offline::Sources;
 
 /// Parents listed per rule as failing or behind.
 const LISTED: usize = 5;

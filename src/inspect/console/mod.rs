@@ -24,12 +24,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cache::discovery::Kinds;
-use crate::cmd::cli::Sources;
 use crate::engine::diagnostic::bounded;
 use crate::engine::rules::RuleSet;
 use crate::inspect::status::{self, Status};
 use crate::inspect::trace::model::{Trace, clean};
 use crate::inspect::trace::{NotFound, Session};
+use crate::offline::Sources;
 
 /// Parents on one page of a rule's list.
 pub(crate) const PAGE_SIZE: usize = 50;

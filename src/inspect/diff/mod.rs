@@ -122,7 +122,7 @@ pub(crate) struct Kept {
 /// `ruleop diff` as a command: prints the diff on stdout and the summary on stderr; returns
 /// the exit code (0 no change, 1 changes, 2 error).
 pub(crate) fn command(
-    sources: crate::cmd::cli::Sources,
+    sources: crate::offline::Sources,
     namespace: Option<String>,
     selector: Option<String>,
     now: Option<String>,

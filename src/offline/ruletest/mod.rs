@@ -208,7 +208,7 @@ fn run_case(set: &RuleSet, file: &Path, case: &TestCase) -> Result<Vec<String>, 
         (Some(parent), None) => (parent.clone(), file.to_path_buf()),
         (None, Some(path)) => {
             let path = dir.join(path);
-            (offline::read_parent(&path).map_err(|e| e.0)?, path)
+            (offline::plan::read_parent(&path).map_err(|e| e.0)?, path)
         }
         _ => return Err("error: set exactly one of `parent` and `parentFile`".to_owned()),
     };
@@ -218,11 +218,11 @@ fn run_case(set: &RuleSet, file: &Path, case: &TestCase) -> Result<Vec<String>, 
     let files: Vec<Value> = case.observed.iter().chain(&case.lookups).cloned().collect();
     let now = case.now.as_deref().unwrap_or(DEFAULT_NOW);
     let admission = if case.crd_admission {
-        offline::Admission::ByCrd
+        offline::plan::Admission::ByCrd
     } else {
-        offline::Admission::None
+        offline::plan::Admission::None
     };
-    let planned = offline::plan_offline(set, parent, files, &origin, now, admission).map_err(|e| e.0)?;
+    let planned = offline::plan::plan_offline(set, parent, files, &origin, now, admission).map_err(|e| e.0)?;
     Ok(check(&case.expect, &planned.parent, &planned.result))
 }
 
@@ -504,8 +504,8 @@ fn list_or_none(items: &[String]) -> String {
 /// `ruleop test` as a command: prints the report (or why nothing ran), writes `junit`, and
 /// returns the exit code: 0 all passed, 1 any failed, 2 nothing could be run.
 pub(crate) fn command(
-    sources: &crate::cmd::cli::Sources,
-    schemas: &crate::cmd::cli::SchemaSources,
+    sources: &crate::offline::Sources,
+    schemas: &crate::offline::SchemaSources,
     paths: &[PathBuf],
     tests_dir: Option<PathBuf>,
     junit: Option<&Path>,
