@@ -16,8 +16,10 @@ pub(crate) const LABEL_CHILD: &str = "ruleop.io/child";
 /// Label naming the action that created an object.
 pub(crate) const LABEL_ACTION: &str = "ruleop.io/action";
 
-/// The parent's identity, read once and checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The parent's identity, read once and checked (serialized as the object names its fields:
+/// `ruleop trace -o json` shows it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ParentRef {
     /// `apiVersion` of the parent.
     pub api_version: String,
