@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use crate::cmd::flags::{CrdFlags, SourceFlags};
+use crate::cmd::output;
 use crate::offline;
 
 /// Validate every rule and template; print each problem as file:line:col and exit 1 if any.
@@ -17,5 +18,5 @@ pub(crate) struct Args {
 /// Prints the summary (or every problem) and exits 1 on a problem.
 pub(crate) fn run(args: Args) -> ExitCode {
     let Args { sources, schemas } = args;
-    super::printed(offline::check(&sources.into(), &schemas.into()))
+    output::printed(offline::check(&sources.into(), &schemas.into()))
 }

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use crate::cmd::flags::SourceFlags;
+use crate::cmd::output;
 use crate::offline;
 
 /// Print the CRD of every rule that carries `spec.schema` (group, version and kind from
@@ -17,5 +18,5 @@ pub(crate) struct Args {
 /// Prints the CRDs, or exits 1 when no rule has a schema.
 pub(crate) fn run(args: Args) -> ExitCode {
     let Args { sources } = args;
-    super::printed(offline::generate::crd(&sources.into()))
+    output::printed(offline::generate::crd(&sources.into()))
 }

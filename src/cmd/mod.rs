@@ -1,6 +1,6 @@
 //! The command line, and nothing else: the `ruleop` parser, one module per subcommand that owns
 //! its clap [`clap::Args`] and one `run(args) -> ExitCode`, and [`main`], a plain match from
-//! the subcommand to its `run`. What a command does lives in [`crate::offline`] (the engine
+//! the subcommand to its `run` (`reference` also gets the whole command, which it documents). What a command does lives in [`crate::offline`] (the engine
 //! without a cluster), [`crate::inspect`] (read-only live views) and [`crate::runtime`] (`run`);
 //! those take plain values, never clap types.
 
@@ -9,6 +9,7 @@ mod console;
 mod crd;
 mod diff;
 mod flags;
+mod output;
 mod rbac;
 mod reference;
 mod render;
@@ -21,7 +22,7 @@ mod trace;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 /// A Kubernetes operator that is a declarative rules engine: each rule maps a watched custom
 /// resource to templated children, guarded one-shot actions and status.
@@ -69,29 +70,6 @@ pub fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Rollout(args) => rollout::run(args),
         Command::Console(args) => console::run(args),
-        Command::Reference(args) => reference::run(args),
-    }
-}
-
-/// How a command that computes a text ends: the text on stdout and exit 0, or the error on
-/// stderr and exit 1.
-fn printed(result: Result<String, crate::offline::CommandError>) -> ExitCode {
-    match result {
-        Ok(text) => {
-            print(&text);
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Prints `text` on stdout, ending it with a newline when it has none.
-fn print(text: &str) {
-    print!("{text}");
-    if !text.ends_with('\n') {
-        println!();
+        Command::Reference(args) => reference::run(args, Cli::command()),
     }
 }

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use crate::cmd::flags::{CrdFlags, SourceFlags};
+use crate::cmd::output;
 use crate::offline;
 
 /// Print the minimal ClusterRole the rules need (committed as deploy/rbac/clusterrole.yaml).
@@ -18,5 +19,5 @@ pub(crate) struct Args {
 /// Prints the ClusterRole, or exits 1 when the rules do not load.
 pub(crate) fn run(args: Args) -> ExitCode {
     let Args { sources, schemas } = args;
-    super::printed(offline::generate::rbac(&sources.into(), &schemas.into()))
+    output::printed(offline::generate::rbac(&sources.into(), &schemas.into()))
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::ValueEnum;
 
 use crate::cmd::flags::{CrdFlags, SourceFlags};
+use crate::cmd::output;
 use crate::inspect;
 use crate::offline::{self, OutputFormat, RenderInputs};
 
@@ -75,7 +76,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
         now: &now,
     };
     let (sources, schemas) = (sources.into(), schemas.into());
-    super::printed(match revision {
+    output::printed(match revision {
         None => offline::render(&sources, &schemas, &inputs),
         Some(revision) => inspect::rollout::render_revision(&sources, &schemas, &inputs, revision, &status_namespace),
     })

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::ValueEnum;
 
+use crate::cmd::output;
 use crate::offline;
 use crate::offline::generate::Document;
 
@@ -32,6 +33,6 @@ pub(crate) fn run(args: Args) -> ExitCode {
         Kind::Rule => Document::Rule,
         Kind::RuleTest => Document::RuleTest,
     };
-    super::print(&offline::generate::schema(document));
+    output::print(&offline::generate::schema(document));
     ExitCode::SUCCESS
 }
