@@ -310,17 +310,27 @@ fn election(
     if !args.uses_leases() {
         return Ok(None);
     }
+    // Every field named, so a new flag cannot be forgotten; `timing` and `uses_leases` read the
+    // ones bound to `_`.
+    let ElectionArgs {
+        leader_elect: _,
+        lease_name,
+        lease_namespace,
+        lease_duration: _,
+        renew_deadline: _,
+        retry_period: _,
+        shards,
+    } = args;
     Ok(Some(Election {
-        namespace: args
-            .lease_namespace
+        namespace: lease_namespace
             .clone()
             .or(pod_namespace)
             .or_else(|| namespace.map(str::to_owned))
             .unwrap_or_else(|| "default".to_owned()),
-        name: args.lease_name.clone(),
+        name: lease_name.clone(),
         identity: crate::ha::leader::identity(),
         timing,
-        shards: args.shards,
+        shards: *shards,
     }))
 }
 

@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
 use crate::inspect::live::dry_run::unified;
-use crate::offline::plan::rule_of_parent;
+use crate::offline::parent::rule_of_parent;
 use crate::offline::render::render_with;
 use crate::offline::{CommandError, RenderInputs, SchemaSources, Sources, load_checked};
 

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::engine::plan::{self};
 use crate::engine::rules::RuleSet;
 use crate::engine::schema::{self};
-use crate::offline::plan::{ObservedLookups, fill_placeholders, validate_children, validate_status};
+use crate::offline::parent::{ObservedLookups, fill_placeholders, validate_children, validate_status};
 use crate::offline::{CommandError, SchemaSources, Sources, load_checked};
 
 /// `ruleop check`: the summary line on success.

@@ -1,10 +1,10 @@
 //! The offline commands: the engine without a cluster. `check` ([`check`]), `render`
-//! ([`render`], planning a parent from files in [`plan`]), `test` ([`ruletest`]), and what the
+//! ([`render`], planning a parent from files in [`parent`]), `test` ([`ruletest`]), and what the
 //! rules generate: `rbac`, `crd`, `schema` ([`generate`]). No client, no async runtime.
 
 pub(crate) mod check;
 pub(crate) mod generate;
-pub(crate) mod plan;
+pub(crate) mod parent;
 pub(crate) mod render;
 pub(crate) mod ruletest;
 

@@ -10,7 +10,7 @@ use crate::engine::plan::foreach::ANNOTATION_ITEM_KEY;
 use crate::engine::plan::{self, Plan};
 use crate::engine::rules::{Rule, RuleSet};
 use crate::engine::yaml;
-use crate::offline::plan::{Admission, plan_offline, read_observed, read_parent};
+use crate::offline::parent::{Admission, plan_offline, read_observed, read_parent};
 use crate::offline::{CommandError, SchemaSources, Sources, load_checked};
 
 /// How `render` prints the plan.

@@ -208,7 +208,7 @@ fn run_case(set: &RuleSet, file: &Path, case: &TestCase) -> Result<Vec<String>, 
         (Some(parent), None) => (parent.clone(), file.to_path_buf()),
         (None, Some(path)) => {
             let path = dir.join(path);
-            (offline::plan::read_parent(&path).map_err(|e| e.0)?, path)
+            (offline::parent::read_parent(&path).map_err(|e| e.0)?, path)
         }
         _ => return Err("error: set exactly one of `parent` and `parentFile`".to_owned()),
     };
@@ -218,11 +218,11 @@ fn run_case(set: &RuleSet, file: &Path, case: &TestCase) -> Result<Vec<String>, 
     let files: Vec<Value> = case.observed.iter().chain(&case.lookups).cloned().collect();
     let now = case.now.as_deref().unwrap_or(DEFAULT_NOW);
     let admission = if case.crd_admission {
-        offline::plan::Admission::ByCrd
+        offline::parent::Admission::ByCrd
     } else {
-        offline::plan::Admission::None
+        offline::parent::Admission::None
     };
-    let planned = offline::plan::plan_offline(set, parent, files, &origin, now, admission).map_err(|e| e.0)?;
+    let planned = offline::parent::plan_offline(set, parent, files, &origin, now, admission).map_err(|e| e.0)?;
     Ok(check(&case.expect, &planned.parent, &planned.result))
 }
 
