@@ -1,8 +1,9 @@
 //! The command line, and nothing else: the `ruleop` parser, one module per subcommand that owns
 //! its clap [`clap::Args`] and one `run(args) -> ExitCode`, and [`main`], a plain match from
-//! the subcommand to its `run` (`reference` also gets the whole command, which it documents). What a command does lives in [`crate::offline`] (the engine
-//! without a cluster), [`crate::inspect`] (read-only live views) and [`crate::runtime`] (`run`);
-//! those take plain values, never clap types.
+//! the subcommand to its `run` (`reference` also gets the whole command, which it documents).
+//! What a command does lives in [`crate::offline`] (the engine without a cluster),
+//! [`crate::inspect`] (read-only live views) and [`crate::runtime`] (`run`); those take plain
+//! values, never clap types.
 
 mod check;
 mod console;
