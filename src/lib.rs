@@ -17,6 +17,8 @@ pub(crate) mod cache;
 pub mod cmd;
 pub mod engine;
 pub mod ha;
+pub(crate) mod inspect;
+pub mod offline;
 pub(crate) mod ops;
 pub(crate) mod runtime;
 

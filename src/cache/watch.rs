@@ -396,7 +396,7 @@ pub(crate) fn parse_size(text: &str) -> Result<usize, String> {
 
 /// How a watch makes its first list of a kind (`ruleop run --initial-list`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum InitialList {
+pub(crate) enum InitialList {
     /// Stream when the API server answers a probe watch with `sendInitialEvents=true` by the
     /// bookmark that ends the initial events (Kubernetes 1.32 and later), else page.
     #[default]
@@ -410,7 +410,7 @@ pub enum InitialList {
 
 impl InitialList {
     /// The names `--initial-list` accepts, in the order of the variants.
-    pub const NAMES: [&str; 3] = ["auto", "streaming", "paged"];
+    pub(crate) const NAMES: [&str; 3] = ["auto", "streaming", "paged"];
 }
 
 impl std::str::FromStr for InitialList {

@@ -1,345 +1,85 @@
-//! `ruleop rollout status|history|pause|resume|undo [RULE]`: staged rollouts and kept revisions
-//! as the cluster holds them (the `rollout.<rule>` and `revisions` keys of `ruleop-status`, and
-//! the revision ConfigMaps with a unified diff of each revision's changed files against the one
-//! before), and the requests that ask the running operator to pause, resume or undo a rollout.
+//! `ruleop rollout`: staged rollouts and kept revisions in the cluster, shown or asked of the
+//! running operator ([`inspect::rollout`]).
 
-use std::collections::BTreeMap;
+use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Client;
-use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use clap::ValueEnum;
 
-use crate::cmd::cli::{SchemaSources, Sources};
-use crate::cmd::live::dry_run::unified;
-use crate::cmd::offline::{CommandError, RenderInputs, load_checked, render_with, rule_of_parent};
-use crate::engine::rollout::control::{self, Command, REQUEST_LABEL, Request, request_name};
-use crate::engine::rollout::record::Record;
-use crate::engine::rules::RuleSet;
-use crate::runtime::revisions::read_record;
-use crate::runtime::rollout::recorded;
-use crate::runtime::rollout_resume::set_of_record;
-use crate::runtime::run::STATUS_CONFIGMAP;
+use crate::engine::rollout::control::Command as Ask;
+use crate::inspect::{self, rollout::Show};
 
-/// What to show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Show {
+/// Staged rollouts and kept rule revisions in the cluster.
+///
+/// `status` shows each rule's revision in force and its rollout (step, phase, the parents
+/// that failed and why); `history` lists the kept revisions, each with a unified diff of its
+/// changed files against the one before. Both only read. Exit 1 when `status` finds a rollout
+/// halted (not paused) or rolled back, 2 on error.
+///
+/// `pause`, `resume` and `undo` ask the running operator (the leader) to change a rule's
+/// rollout: a request ConfigMap `ruleop-rollout-<rule>` in --status-namespace, which the
+/// operator follows once, records in `ruleop-status` and deletes; this command waits for that
+/// (--wait) and prints the new state. `pause`: no further step and no further parent moves;
+/// the moved parents stay (phase Halted, note "paused"). `resume`: a paused or halted
+/// rollout goes on; its current step's pause starts again and earlier failures are
+/// forgotten. `undo`: every parent of the rule goes back to the previous kept revision (with
+/// a rollout under way: the one it moves from), until the rule's files change again; the
+/// next edit then rolls out from there. RULE may be left out when exactly one rollout is in
+/// progress. Refused with a clear error (exit 2): a rule not in force, pause or resume with
+/// no rollout in progress, resume of a rollout that goes on, undo with no earlier revision
+/// kept. Exit 1 when no operator followed the request within --wait (it stays, and is
+/// followed when one runs).
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// What to show or do.
+    #[arg(value_enum)]
+    show: Verb,
+    /// Only this rule (default: every rule; for pause, resume and undo: the one rollout in
+    /// progress).
+    rule: Option<String>,
+    /// Namespace of the `ruleop-status` ConfigMap and the kept revisions (ruleop's own).
+    #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
+    status_namespace: String,
+    /// How long pause, resume and undo wait for the operator to follow the request.
+    #[arg(long, env = "RULEOP_ROLLOUT_WAIT", default_value = "30s", value_parser = parse_wait)]
+    wait: Duration,
+}
+
+/// What `rollout` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Verb {
     /// Each rule's revision in force and its rollout's state.
     Status,
-    /// Each rule's kept revisions with the diffs of their files.
+    /// The kept revisions with the diffs of their files.
     History,
-    /// Ask the operator to pause, resume or undo, waiting this long for it to follow.
-    Ask(Command, Duration),
+    /// Stop the rule's rollout where it is.
+    Pause,
+    /// Let a paused or halted rollout go on.
+    Resume,
+    /// Put every parent back on the previous revision until the files change again.
+    Undo,
 }
 
-/// `ruleop rollout status|history`; returns the exit code: 0, or 1 when `status` finds a halted
-/// or rolled-back rollout, 2 on error.
-pub(crate) fn command(show: Show, rule: Option<&str>, status_namespace: &str) -> u8 {
-    let Some(runtime) = crate::cmd::live::runtime() else {
-        return 2;
-    };
-    let result = runtime.block_on(async {
-        let config = crate::apply::client::cluster_config()
-            .await
-            .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
-        let client = Client::try_from(config).context("cannot build a client for the cluster")?;
-        let config_maps: Api<ConfigMap> = Api::namespaced(client, status_namespace);
-        match show {
-            Show::Status => status(&config_maps, rule, status_namespace).await,
-            Show::History => history(&config_maps, rule).await.map(|text| (text, 0)),
-            Show::Ask(command, wait) => ask(&config_maps, command, rule, status_namespace, wait).await,
-        }
-    });
-    match result {
-        Ok((text, code)) => {
-            print!("{text}");
-            code
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            2
-        }
-    }
+/// A duration such as `30s` or `2m` (at least 1s).
+fn parse_wait(text: &str) -> Result<Duration, String> {
+    crate::engine::duration::parse_at_least(text, Duration::from_secs(1))
 }
 
-async fn status(config_maps: &Api<ConfigMap>, rule: Option<&str>, namespace: &str) -> anyhow::Result<(String, u8)> {
-    let data = config_maps
-        .get_opt(STATUS_CONFIGMAP)
-        .await
-        .with_context(|| format!("reading {namespace}/{STATUS_CONFIGMAP}"))?
-        .and_then(|cm| cm.data)
-        .unwrap_or_default();
-    let in_force: BTreeMap<&str, &str> = data
-        .get("revisions")
-        .map(|lines| lines.lines().filter_map(|l| l.split_once(": ")).collect())
-        .unwrap_or_default();
-    let mut text = String::new();
-    let mut code = 0;
-    let mut rules: Vec<&str> = in_force.keys().copied().collect();
-    rules.extend(data.keys().filter_map(|k| k.strip_prefix("rollout.")));
-    rules.sort_unstable();
-    rules.dedup();
-    for name in rules.into_iter().filter(|name| rule.is_none_or(|r| r == *name)) {
-        text.push_str(&format!(
-            "rule {name}: revision {}\n",
-            in_force.get(name).copied().unwrap_or("unknown")
-        ));
-        match data.get(&format!("rollout.{name}")) {
-            Some(state) => {
-                let paused = state.contains("\nnote: paused");
-                if (state.contains("phase: Halted") && !paused) || state.contains("phase: RolledBack") {
-                    code = 1;
-                }
-                for line in state.lines() {
-                    text.push_str(&format!("  {line}\n"));
-                }
-            }
-            None => text.push_str("  no staged rollout\n"),
-        }
-    }
-    if text.is_empty() {
-        text = format!("no rule revisions recorded in {namespace}/{STATUS_CONFIGMAP}\n");
-    }
-    Ok((text, code))
-}
-
-/// Asks the operator to pause, resume or undo the rollout of `rule`: checked first against what
-/// `ruleop-status` records (the same decision the operator makes), then written as the request
-/// ConfigMap, then waited for until the operator has deleted it.
-async fn ask(
-    config_maps: &Api<ConfigMap>,
-    command: Command,
-    rule: Option<&str>,
-    namespace: &str,
-    wait: Duration,
-) -> anyhow::Result<(String, u8)> {
-    let data = config_maps
-        .get_opt(STATUS_CONFIGMAP)
-        .await
-        .with_context(|| format!("reading {namespace}/{STATUS_CONFIGMAP}"))?
-        .with_context(|| {
-            format!(
-                "{namespace}/{STATUS_CONFIGMAP} does not exist: is ruleop running with --status-namespace {namespace}?"
-            )
-        })?
-        .data
-        .unwrap_or_default();
-    let in_force: BTreeMap<&str, u64> = data
-        .get("revisions")
-        .map(|lines| {
-            lines
-                .lines()
-                .filter_map(|l| l.split_once(": "))
-                .filter_map(|(rule, n)| Some((rule, n.split_whitespace().next()?.parse().ok()?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let recorded_of = |rule: &str| data.get(&format!("rollout.{rule}")).and_then(|text| recorded(text));
-    let rule = match rule {
-        Some(rule) => rule.to_owned(),
-        None => {
-            let under_way: Vec<&str> = in_force.keys().copied().filter(|r| recorded_of(r).is_some()).collect();
-            match under_way.as_slice() {
-                [one] => (*one).to_owned(),
-                [] => anyhow::bail!(
-                    "ruleop rollout {}: no rollout is in progress; name the rule",
-                    command.as_str()
-                ),
-                many => anyhow::bail!(
-                    "ruleop rollout {}: rollouts are in progress for {}; name the rule",
-                    command.as_str(),
-                    many.join(", ")
-                ),
-            }
-        }
+/// Shows or asks: exit 1 when `status` finds a rollout halted or rolled back or no operator
+/// followed a request within `--wait`, 2 on error.
+pub(crate) fn run(args: Args) -> ExitCode {
+    let Args {
+        show,
+        rule,
+        status_namespace,
+        wait,
+    } = args;
+    let show = match show {
+        Verb::Status => Show::Status,
+        Verb::History => Show::History,
+        Verb::Pause => Show::Ask(Ask::Pause, wait),
+        Verb::Resume => Show::Ask(Ask::Resume, wait),
+        Verb::Undo => Show::Ask(Ask::Undo, wait),
     };
-    let Some(&revision) = in_force.get(rule.as_str()) else {
-        let known: Vec<&str> = in_force.keys().copied().collect();
-        anyhow::bail!(
-            "ruleop rollout {} {rule}: rule {rule:?} is not in force ({namespace}/{STATUS_CONFIGMAP} names: {})",
-            command.as_str(),
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
-        );
-    };
-    let state = recorded_of(&rule).map(|r| r.state).filter(|s| s.to == revision);
-    let previous = match (&state, command) {
-        (Some(state), _) => Some(state.from),
-        (None, Command::Undo) => kept_before(config_maps, &rule, revision).await?,
-        (None, _) => None,
-    };
-    let request = Request {
-        command,
-        revision,
-        previous,
-    };
-    let refuse = |why: String| {
-        anyhow::anyhow!(
-            "ruleop rollout {} {rule}: {why}; see ruleop rollout status {rule}",
-            command.as_str()
-        )
-    };
-    if command == Command::Undo && previous.is_none() {
-        return Err(refuse(control::Refused::NothingToUndo(revision).to_string()));
-    }
-    control::apply(state.as_ref(), revision, &request).map_err(|e| refuse(e.to_string()))?;
-    let name = request_name(&rule);
-    let object = serde_json::json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "labels": {REQUEST_LABEL: rule, "app.kubernetes.io/managed-by": "ruleop"}},
-        "data": request.to_data(),
-    });
-    config_maps
-        .patch(
-            &name,
-            &PatchParams::apply("ruleop-rollout-cli").force(),
-            &Patch::Apply(&object),
-        )
-        .await
-        .with_context(|| format!("writing the request {namespace}/{name}"))?;
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        if config_maps
-            .get_opt(&name)
-            .await
-            .with_context(|| format!("reading {namespace}/{name}"))?
-            .is_none()
-        {
-            break;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok((
-                format!(
-                    "requested ({namespace}/{name}), but no operator followed it within {wait:?}: it stays and is followed when ruleop runs\n"
-                ),
-                1,
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    // Every followed request writes a note with its time, so an unchanged state means refused.
-    let key = format!("rollout.{rule}");
-    let after = config_maps
-        .get_opt(STATUS_CONFIGMAP)
-        .await
-        .with_context(|| format!("reading {namespace}/{STATUS_CONFIGMAP}"))?
-        .and_then(|cm| cm.data)
-        .and_then(|mut data| data.remove(&key));
-    if after.as_ref() == data.get(&key) {
-        return Err(refuse(format!(
-            "the operator refused the request (its reason is the Warning Event RolloutRequestRefused on {namespace}/{STATUS_CONFIGMAP})"
-        )));
-    }
-    let (text, _) = status(config_maps, Some(&rule), namespace).await?;
-    Ok((text, 0))
-}
-
-/// `ruleop render --revision N`: the parent rendered under kept revision `revision` of the rule
-/// the files give its kind, read from the cluster.
-pub(crate) fn render_revision(
-    sources: &Sources,
-    schemas: &SchemaSources,
-    inputs: &RenderInputs<'_>,
-    revision: u64,
-    status_namespace: &str,
-) -> Result<String, CommandError> {
-    let (files, _) = load_checked(sources, schemas)?;
-    let rule = rule_of_parent(&files, inputs.file)?;
-    let runtime =
-        crate::cmd::live::runtime().ok_or_else(|| CommandError("cannot start the async runtime".to_owned()))?;
-    let mut set = runtime
-        .block_on(kept_set(&rule, revision, status_namespace))
-        .map_err(|e| CommandError(format!("error: {e:#}")))?;
-    set.schemas = files.schemas;
-    render_with(&set, inputs)
-}
-
-/// The rule set of kept revision `revision` of `rule`, read from the cluster of the kubeconfig.
-pub(crate) async fn kept_set(rule: &str, revision: u64, status_namespace: &str) -> anyhow::Result<RuleSet> {
-    let config = crate::apply::client::cluster_config()
-        .await
-        .context("cannot connect to the cluster (kubeconfig or in-cluster config)")?;
-    let client = Client::try_from(config).context("cannot build a client for the cluster")?;
-    let config_maps: Api<ConfigMap> = Api::namespaced(client, status_namespace);
-    let record = read_record(&config_maps, rule, revision).await.map_err(|e| {
-        anyhow::anyhow!(
-            "revision {revision} of rule {rule:?} is not kept in {status_namespace} ({e}); `ruleop rollout history {rule}` lists the kept ones"
-        )
-    })?;
-    set_of_record(&record).map_err(|e| anyhow::anyhow!("revision {revision} of rule {rule:?} does not load: {e}"))
-}
-
-/// The newest kept revision of `rule` before `revision`, by the kept ConfigMaps' labels.
-async fn kept_before(config_maps: &Api<ConfigMap>, rule: &str, revision: u64) -> anyhow::Result<Option<u64>> {
-    let listed = config_maps
-        .list(&ListParams::default().labels(&format!("ruleop.io/revision-of={rule}")))
-        .await
-        .context("listing the kept revisions")?;
-    Ok(listed
-        .iter()
-        .filter_map(|cm| cm.labels().get("ruleop.io/revision")?.parse::<u64>().ok())
-        .filter(|n| *n < revision)
-        .max())
-}
-
-async fn history(config_maps: &Api<ConfigMap>, rule: Option<&str>) -> anyhow::Result<String> {
-    let selector = match rule {
-        Some(rule) => format!("ruleop.io/revision-of={rule}"),
-        None => "ruleop.io/revision-of".to_owned(),
-    };
-    let listed = config_maps
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .context("listing the kept revisions")?;
-    let mut records: BTreeMap<String, BTreeMap<u64, Record>> = BTreeMap::new();
-    let mut text = String::new();
-    for config_map in listed {
-        let name = config_map.metadata.name.clone().unwrap_or_default();
-        match Record::from_data(&config_map.data.unwrap_or_default()) {
-            Ok(record) => {
-                records
-                    .entry(record.rule.clone())
-                    .or_default()
-                    .insert(record.revision.number, record);
-            }
-            Err(e) => text.push_str(&format!("{name}: {e}\n")),
-        }
-    }
-    for (name, revisions) in &records {
-        text.push_str(&format!("rule {name}\n"));
-        let mut before: Option<&Record> = None;
-        for (number, record) in revisions {
-            text.push_str(&format!(
-                "  revision {number}  {}  digest {}  changed: {}\n",
-                record.revision.created,
-                &record.revision.digest[..record.revision.digest.len().min(16)],
-                record.revision.changed.join(", ")
-            ));
-            if let Some(before) = before {
-                for file in &record.revision.changed {
-                    let old = before.contents.get(file).map_or("", String::as_str);
-                    let new = record.contents.get(file).map_or("", String::as_str);
-                    let diff = unified(
-                        old,
-                        new,
-                        &format!("{file} (revision {})", before.revision.number),
-                        &format!("{file} (revision {number})"),
-                    );
-                    for line in diff.lines() {
-                        text.push_str(&format!("    {line}\n"));
-                    }
-                }
-            }
-            before = Some(record);
-        }
-    }
-    if records.is_empty() && text.is_empty() {
-        text.push_str("no kept revisions\n");
-    }
-    Ok(text)
+    ExitCode::from(inspect::rollout::command(show, rule.as_deref(), &status_namespace))
 }

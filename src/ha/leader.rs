@@ -64,7 +64,7 @@ pub(crate) struct Election {
 
 /// Lease timing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// A record unchanged for this long is free to take.
     pub lease_duration: Duration,
     /// The holder writes until this long after the start of its last successful renewal.
@@ -75,7 +75,8 @@ pub struct Timing {
 
 impl Timing {
     /// The defaults of Kubernetes' own controllers, as the `DEFAULT_*` flag values say.
-    pub const CLIENT_GO: Timing = Timing {
+    #[cfg(test)]
+    pub(crate) const CLIENT_GO: Timing = Timing {
         lease_duration: Duration::from_secs(15),
         renew_deadline: Duration::from_secs(10),
         retry_period: Duration::from_secs(2),

@@ -23,8 +23,10 @@ pub(crate) fn is_deleting(object: &Value) -> bool {
         .is_some_and(|t| !t.is_null())
 }
 
-/// The parent's identity, read once and checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The parent's identity, read once and checked (serialized as the object names its fields:
+/// `ruleop trace -o json` shows it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ParentRef {
     /// `apiVersion` of the parent.
     pub api_version: String,

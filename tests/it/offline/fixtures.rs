@@ -8,8 +8,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ruleop::cmd::cli::{OutputFormat, SchemaSources, Sources};
-use ruleop::cmd::offline;
+use ruleop::offline;
+use ruleop::offline::{OutputFormat, SchemaSources, Sources};
 
 const NOW: &str = "2026-11-29T10:00:00Z";
 

@@ -6,7 +6,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 /// The layers from the bottom up; each may import those before it.
-const LAYERS: &[&str] = &["engine", "ops", "cache", "apply", "ha", "runtime", "cmd"];
+/// `offline` (check, render, test: the engine without a cluster) sits right above the engine;
+/// `inspect` (the read-only live views) above the runtime; `cmd`, the shell, on top.
+const LAYERS: &[&str] = &[
+    "engine", "offline", "ops", "cache", "apply", "ha", "runtime", "inspect", "cmd",
+];
 
 /// Crates the engine must never name: planning is a function of values.
 const NOT_IN_ENGINE: &[&str] = &["kube", "tokio", "notify", "reqwest", "axum", "hyper"];
@@ -332,5 +336,31 @@ fn grouped_and_relative_imports_are_read_as_the_modules_they_name() {
             "engine::rules::model",
             "engine::yaml::to_string",
         ]
+    );
+}
+
+#[test]
+fn the_offline_commands_name_no_client_runtime_or_watcher_crate() {
+    // `check`, `render` and `test` run without a cluster, as the engine they wrap.
+    let mut files = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/offline"), &mut files);
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|(file, text)| {
+            text.lines()
+                .map(str::trim_start)
+                .filter(|line| !line.starts_with("//"))
+                .filter(|line| {
+                    NOT_IN_ENGINE
+                        .iter()
+                        .any(|name| line.contains(&format!("{name}::")) && !line.contains(&format!("_{name}::")))
+                })
+                .map(move |line| format!("{file}: {line}"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the offline commands name I/O crates:\n{}",
+        found.join("\n")
     );
 }

@@ -14,13 +14,13 @@ use serde_json::{Map, Value};
 use crate::apply::children::with_desired_hash;
 use crate::apply::compare;
 use crate::cache::discovery::Kinds;
-use crate::cmd::live::dry_run::{self, DryRunError, unified};
-use crate::cmd::live::{self, ReadLookups, strip_managed_fields};
 use crate::engine::plan::children::{DesiredChild, ObjectRef};
 use crate::engine::plan::deletion::{FINALIZER, FinalizerStep};
 use crate::engine::plan::{self, Plan, actions::Effect};
 use crate::engine::rules::{Rule, RuleSet};
 use crate::engine::yaml;
+use crate::inspect::live::dry_run::{self, DryRunError, unified};
+use crate::inspect::live::{self, ReadLookups, strip_managed_fields};
 
 /// Parents diffed at once (each is a few requests at most).
 const CONCURRENCY: usize = 8;
@@ -122,19 +122,19 @@ pub(crate) struct Kept {
 /// `ruleop diff` as a command: prints the diff on stdout and the summary on stderr; returns
 /// the exit code (0 no change, 1 changes, 2 error).
 pub(crate) fn command(
-    sources: crate::cmd::cli::Sources,
+    sources: crate::offline::Sources,
     namespace: Option<String>,
     selector: Option<String>,
     now: Option<String>,
     kept: Option<Kept>,
 ) -> u8 {
-    let Some(runtime) = crate::cmd::live::runtime() else {
+    let Some(runtime) = crate::inspect::live::runtime() else {
         return 2;
     };
     let set = match &kept {
-        None => crate::cmd::live::load_rules(&sources, "proposed rules"),
+        None => crate::inspect::live::load_rules(&sources, "proposed rules"),
         Some(kept) => runtime
-            .block_on(crate::cmd::rollout::kept_set(
+            .block_on(crate::inspect::rollout::kept_set(
                 &kept.rule,
                 kept.revision,
                 &kept.status_namespace,

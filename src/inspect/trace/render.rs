@@ -56,8 +56,12 @@ pub(crate) fn tree(trace: &Trace, colour: bool) -> String {
     let _ = writeln!(
         out,
         "{} {}  {ready}",
-        style.bold(&format!("{} {}", p.kind, place(&p.namespace, &p.name))),
-        p.api_version
+        style.bold(&format!(
+            "{} {}",
+            p.identity.kind,
+            place(&p.identity.namespace, &p.identity.name)
+        )),
+        p.identity.api_version
     );
     let _ = writeln!(
         out,
@@ -68,10 +72,14 @@ pub(crate) fn tree(trace: &Trace, colour: bool) -> String {
         .observed_generation
         .map_or_else(|| "not written".to_owned(), |g| g.to_string());
     let lag = match p.observed_generation {
-        Some(g) if g == p.generation => "",
+        Some(g) if g == p.identity.generation => "",
         _ => "  (not reconciled since the last spec change)",
     };
-    let _ = writeln!(out, "  generation {}, observedGeneration {observed}{lag}", p.generation);
+    let _ = writeln!(
+        out,
+        "  generation {}, observedGeneration {observed}{lag}",
+        p.identity.generation
+    );
     let _ = writeln!(
         out,
         "  finalizer {}: {}",

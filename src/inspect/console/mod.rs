@@ -24,12 +24,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cache::discovery::Kinds;
-use crate::cmd::cli::Sources;
-use crate::cmd::status::{self, Status};
-use crate::cmd::trace::model::{Trace, clean};
-use crate::cmd::trace::{NotFound, Session};
 use crate::engine::diagnostic::bounded;
 use crate::engine::rules::RuleSet;
+use crate::inspect::status::{self, Status};
+use crate::inspect::trace::model::{Trace, clean};
+use crate::inspect::trace::{NotFound, Session};
+use crate::offline::Sources;
 
 /// Parents on one page of a rule's list.
 pub(crate) const PAGE_SIZE: usize = 50;
@@ -60,10 +60,10 @@ struct Console {
 
 /// `ruleop console`: serves until stopped; returns the exit code (2 when it cannot start).
 pub(crate) fn command(sources: &Sources, options: &Options) -> u8 {
-    let Some(set) = crate::cmd::live::load_rules(sources, "rules") else {
+    let Some(set) = crate::inspect::live::load_rules(sources, "rules") else {
         return 2;
     };
-    let Some(runtime) = crate::cmd::live::runtime() else {
+    let Some(runtime) = crate::inspect::live::runtime() else {
         return 2;
     };
     runtime.block_on(async {
@@ -78,7 +78,7 @@ pub(crate) fn command(sources: &Sources, options: &Options) -> u8 {
 }
 
 async fn serve(set: RuleSet, options: &Options) -> anyhow::Result<()> {
-    let (client, kinds) = crate::cmd::live::connect(&set).await?;
+    let (client, kinds) = crate::inspect::live::connect(&set).await?;
     let listener = tokio::net::TcpListener::bind(options.addr).await?;
     let bound = listener.local_addr()?;
     let console = Arc::new(Console {
@@ -203,7 +203,7 @@ impl Console {
     async fn parents(&self, rule: &str, query: &ParentsQuery) -> Result<ParentsPage, Failure> {
         let found = self.rule(rule)?;
         let namespace = query.namespace.clone().filter(|n| !n.is_empty());
-        let parents = crate::cmd::live::list_parents(&self.client, &self.kinds, found, namespace.as_deref(), None)
+        let parents = crate::inspect::live::list_parents(&self.client, &self.kinds, found, namespace.as_deref(), None)
             .await
             .map_err(|e| Failure::cluster(&e))?;
         let ready = query.ready.clone().filter(|r| !r.is_empty());

@@ -12,12 +12,12 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
-use crate::cmd::offline::{self, CommandError};
 use crate::engine::plan::children::{ChildUpdate, ObjectRef as ChildRef};
 use crate::engine::plan::{Plan, PlanError};
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::model::RULE_API_VERSION;
 use crate::engine::yaml;
+use crate::offline::{self, CommandError};
 use matcher::{Mismatch, show, subset};
 use model::{Expectations, RULE_TEST_KIND, RuleTestDocument, TestCase};
 
@@ -208,7 +208,7 @@ fn run_case(set: &RuleSet, file: &Path, case: &TestCase) -> Result<Vec<String>, 
         (Some(parent), None) => (parent.clone(), file.to_path_buf()),
         (None, Some(path)) => {
             let path = dir.join(path);
-            (offline::read_parent(&path).map_err(|e| e.0)?, path)
+            (offline::parent::read_parent(&path).map_err(|e| e.0)?, path)
         }
         _ => return Err("error: set exactly one of `parent` and `parentFile`".to_owned()),
     };
@@ -218,11 +218,11 @@ fn run_case(set: &RuleSet, file: &Path, case: &TestCase) -> Result<Vec<String>, 
     let files: Vec<Value> = case.observed.iter().chain(&case.lookups).cloned().collect();
     let now = case.now.as_deref().unwrap_or(DEFAULT_NOW);
     let admission = if case.crd_admission {
-        offline::Admission::ByCrd
+        offline::parent::Admission::ByCrd
     } else {
-        offline::Admission::None
+        offline::parent::Admission::None
     };
-    let planned = offline::plan_offline(set, parent, files, &origin, now, admission).map_err(|e| e.0)?;
+    let planned = offline::parent::plan_offline(set, parent, files, &origin, now, admission).map_err(|e| e.0)?;
     Ok(check(&case.expect, &planned.parent, &planned.result))
 }
 
@@ -504,8 +504,8 @@ fn list_or_none(items: &[String]) -> String {
 /// `ruleop test` as a command: prints the report (or why nothing ran), writes `junit`, and
 /// returns the exit code: 0 all passed, 1 any failed, 2 nothing could be run.
 pub(crate) fn command(
-    sources: &crate::cmd::cli::Sources,
-    schemas: &crate::cmd::cli::SchemaSources,
+    sources: &crate::offline::Sources,
+    schemas: &crate::offline::SchemaSources,
     paths: &[PathBuf],
     tests_dir: Option<PathBuf>,
     junit: Option<&Path>,

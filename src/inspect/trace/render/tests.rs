@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::tree;
-use crate::cmd::trace::model::Drift;
-use crate::cmd::trace::testkit::{applied, parent, plan_of, set, trace_of};
 use crate::engine::plan::children::ObjectRef;
+use crate::inspect::trace::model::Drift;
+use crate::inspect::trace::testkit::{applied, parent, plan_of, set, trace_of};
 
 #[test]
 fn a_parent_waiting_for_its_first_child_renders_as_plain_text() {

@@ -37,7 +37,7 @@ pub(crate) fn runtime() -> Option<tokio::runtime::Runtime> {
 
 /// The rules a read-only command works with, or `None` after printing why they are invalid
 /// (`what` names them: "rules", "proposed rules").
-pub(crate) fn load_rules(sources: &crate::cmd::cli::Sources, what: &str) -> Option<RuleSet> {
+pub(crate) fn load_rules(sources: &crate::offline::Sources, what: &str) -> Option<RuleSet> {
     match crate::engine::rules::load::load(&sources.rules, &sources.templates) {
         Ok(set) => Some(set),
         Err(diagnostics) => {

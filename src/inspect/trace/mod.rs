@@ -1,7 +1,7 @@
 //! `ruleop trace KIND/NAME`: the live tree of one parent, strictly read-only.
 //!
 //! It loads what the operator's caches would hold for the parent (the parent, its children by
-//! the rule's labels, its lookups: [`crate::cmd::live`]), plans it with the same
+//! the rule's labels, its lookups: [`crate::inspect::live`]), plans it with the same
 //! [`plan::plan_with`], checks each existing child for drift with a server-side apply dry run
 //! (`dryRun=All`, never persisted) where the live object does not already cover the rendering,
 //! reads the parent's Events, and builds one [`model::Trace`] that [`render`] prints as a tree,
@@ -26,11 +26,11 @@ use serde_json::Value;
 use crate::apply::children::with_desired_hash;
 use crate::apply::compare;
 use crate::cache::discovery::Kinds;
-use crate::cmd::cli::{Sources, TraceOutput};
-use crate::cmd::live::{self, dry_run};
 use crate::engine::diagnostic::bounded;
 use crate::engine::plan::{self, children::ObjectRef};
 use crate::engine::rules::{Rule, RuleSet};
+use crate::inspect::live::{self, dry_run};
+use crate::offline::Sources;
 use model::{Drift, Inputs, Trace};
 
 /// How often `--watch` reads the cluster again.
@@ -42,6 +42,17 @@ const CONCURRENCY: usize = 8;
 /// Parents listed when the name is not found.
 const LISTED: usize = 20;
 
+/// How `trace` prints the parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// An indented tree.
+    Tree,
+    /// The Trace model as JSON.
+    Json,
+    /// The Trace model as YAML.
+    Yaml,
+}
+
 /// What to trace and how to print it.
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
@@ -52,22 +63,22 @@ pub(crate) struct Options {
     /// Redraw on change until Ctrl-C.
     pub watch: bool,
     /// Output format.
-    pub output: TraceOutput,
+    pub output: Output,
 }
 
 /// `ruleop trace` as a command; returns the exit code (0 Ready, 1 not Ready, 2 error).
 pub(crate) fn command(sources: &Sources, options: &Options) -> u8 {
-    let Some(set) = crate::cmd::live::load_rules(sources, "rules") else {
+    let Some(set) = crate::inspect::live::load_rules(sources, "rules") else {
         return 2;
     };
-    let Some(runtime) = crate::cmd::live::runtime() else {
+    let Some(runtime) = crate::inspect::live::runtime() else {
         return 2;
     };
     runtime.block_on(run(&set, options))
 }
 
 async fn run(set: &RuleSet, options: &Options) -> u8 {
-    let colour = options.output == TraceOutput::Tree && std::io::stdout().is_terminal();
+    let colour = options.output == Output::Tree && std::io::stdout().is_terminal();
     let session = match Session::open(set, options).await {
         Ok(session) => session,
         Err(e) => {
@@ -106,7 +117,7 @@ async fn run(set: &RuleSet, options: &Options) -> u8 {
                 print!("\x1b[2J\x1b[H");
             }
             print!("{shown}");
-            if !colour && options.output == TraceOutput::Tree {
+            if !colour && options.output == Output::Tree {
                 println!("---");
             }
             last_shown = shown;
@@ -118,14 +129,14 @@ async fn run(set: &RuleSet, options: &Options) -> u8 {
     }
 }
 
-fn show(trace: &Trace, output: TraceOutput, colour: bool) -> String {
+fn show(trace: &Trace, output: Output, colour: bool) -> String {
     match output {
-        TraceOutput::Tree => render::tree(trace, colour),
-        TraceOutput::Json => match serde_json::to_string_pretty(trace) {
+        Output::Tree => render::tree(trace, colour),
+        Output::Json => match serde_json::to_string_pretty(trace) {
             Ok(json) => format!("{json}\n"),
             Err(e) => format!("error: {e}\n"),
         },
-        TraceOutput::Yaml => match serde_json::to_value(trace) {
+        Output::Yaml => match serde_json::to_value(trace) {
             Ok(value) => crate::engine::yaml::to_string(&value),
             Err(e) => format!("error: {e}\n"),
         },

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::engine::diagnostic::{MESSAGE_LIMIT, bounded};
 use crate::engine::plan::children::{ChildUpdate, ObjectRef};
-use crate::engine::plan::context::LABEL_CHILD;
+use crate::engine::plan::context::{LABEL_CHILD, ParentRef};
 use crate::engine::plan::deletion;
 use crate::engine::plan::lookups::LookupRead;
 use crate::engine::plan::{Plan, PlanError, READY, actions, foreach, label};
@@ -63,18 +63,10 @@ pub(crate) struct Trace {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ParentTrace {
-    /// apiVersion.
-    pub api_version: String,
-    /// Kind.
-    pub kind: String,
-    /// Namespace (empty for a cluster-scoped parent).
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// UID.
-    pub uid: String,
-    /// `metadata.generation`.
-    pub generation: i64,
+    /// apiVersion, kind, namespace (empty for a cluster-scoped parent), name, uid and
+    /// `metadata.generation`, each shortened and cleaned.
+    #[serde(flatten)]
+    pub identity: ParentRef,
     /// `status.observedGeneration`, when written.
     pub observed_generation: Option<i64>,
     /// Every status condition, with its full message.
@@ -355,7 +347,8 @@ pub(crate) fn build(inputs: &Inputs<'_>) -> Trace {
     let conditions = conditions(parent);
     let ready = conditions.iter().any(|c| c.type_ == READY && c.status == "True");
     let plan_ok = plan.ok();
-    let parent_trace = ParentTrace {
+    // Not `ParentRef::read`: a trace shows a parent that planning would refuse as well.
+    let identity = ParentRef {
         api_version: text("/apiVersion").unwrap_or_default(),
         kind: text("/kind").unwrap_or_default(),
         namespace: text("/metadata/namespace").unwrap_or_default(),
@@ -365,6 +358,9 @@ pub(crate) fn build(inputs: &Inputs<'_>) -> Trace {
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
             .unwrap_or(0),
+    };
+    let parent_trace = ParentTrace {
+        identity,
         observed_generation: parent.pointer("/status/observedGeneration").and_then(Value::as_i64),
         conditions,
         cleanup_finalizer: deletion::has_finalizer(parent),
@@ -479,7 +475,7 @@ fn child(
                 drift: drift_flag,
                 drift_diff,
                 drift_error,
-                owned_by: live.map(|o| owned_by(o, &parent.uid)),
+                owned_by: live.map(|o| owned_by(o, &parent.identity.uid)),
                 secret_keys: live.filter(|_| is_secret(&desired.target)).map(secret_keys),
             }
         })
@@ -498,7 +494,7 @@ fn child(
             drift: None,
             drift_diff: None,
             drift_error: None,
-            owned_by: Some(owned_by(live, &parent.uid)),
+            owned_by: Some(owned_by(live, &parent.identity.uid)),
             secret_keys: is_secret(&removal.target).then(|| secret_keys(live)),
         });
     }
@@ -512,7 +508,7 @@ fn child(
             let held = (waiting.is_none()).then(|| {
                 if pruned(&target) {
                     "the parent is being deleted: the next reconcile deletes it".to_owned()
-                } else if owned_by(object, &parent.uid) == "ownerReference" {
+                } else if owned_by(object, &parent.identity.uid) == "ownerReference" {
                     "the parent is being deleted: garbage collection deletes it with the parent".to_owned()
                 } else {
                     "the parent is being deleted: it waits for its turn in the teardown".to_owned()
@@ -528,7 +524,7 @@ fn child(
                 drift: None,
                 drift_diff: None,
                 drift_error: None,
-                owned_by: Some(owned_by(object, &parent.uid)),
+                owned_by: Some(owned_by(object, &parent.identity.uid)),
                 secret_keys: is_secret(&target).then(|| secret_keys(object)),
             });
         }

@@ -7,8 +7,8 @@ use axum::http::StatusCode;
 use minijinja::{Environment, context};
 
 use super::{Failure, ParentsPage};
-use crate::cmd::status::Status;
-use crate::cmd::trace::model::Trace;
+use crate::inspect::status::Status;
+use crate::inspect::trace::model::Trace;
 
 /// The templates, by name; `.html` names turn on HTML escaping.
 static PAGES: LazyLock<Environment<'static>> = LazyLock::new(|| {
@@ -78,7 +78,7 @@ mod tests {
             page: 1,
             pages: 3,
             total: 120,
-            items: vec![crate::cmd::console::ParentRow {
+            items: vec![crate::inspect::console::ParentRow {
                 namespace: "shop".to_owned(),
                 name: "orders".to_owned(),
                 ready: "False".to_owned(),

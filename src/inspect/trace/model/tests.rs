@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::cmd::trace::testkit::{NOW, applied, parent, plan_of, set, trace_of};
 use crate::engine::plan;
+use crate::inspect::trace::testkit::{NOW, applied, parent, plan_of, set, trace_of};
 
 #[test]
 fn a_child_whose_dependency_is_not_ready_waits_and_nothing_exists_yet() {
     let trace = trace_of(&parent("web", 3), &[], &BTreeMap::new(), &[]);
     assert!(!trace.ready);
-    assert_eq!(trace.parent.generation, 2);
+    assert_eq!(trace.parent.identity.generation, 2);
     assert_eq!(trace.parent.observed_generation, Some(1));
     assert!(trace.parent.cleanup_finalizer);
     let ids: Vec<&str> = trace.children.iter().map(|c| c.id.as_str()).collect();
@@ -155,8 +155,12 @@ fn a_hostile_name_and_message_are_bounded_and_cannot_drive_a_terminal() {
     });
     let error = trace.plan_error.as_deref().expect("a name no child can have");
     assert!(!error.contains('\u{1b}'), "{error}");
-    assert!(!trace.parent.name.contains('\u{1b}'));
-    assert!(trace.parent.name.len() < 400, "{}", trace.parent.name.len());
+    assert!(!trace.parent.identity.name.contains('\u{1b}'));
+    assert!(
+        trace.parent.identity.name.len() < 400,
+        "{}",
+        trace.parent.identity.name.len()
+    );
     let message = &trace.parent.conditions[0].message;
     assert!(!message.contains('\u{1b}') && !message.contains('\u{7}'));
     assert!(message.ends_with("bytes in all)"), "{message}");
