@@ -18,6 +18,7 @@ pub mod cmd;
 pub mod engine;
 pub mod ha;
 pub(crate) mod ops;
+pub(crate) mod records;
 pub(crate) mod runtime;
 
 pub use apply::FIELD_MANAGER;

@@ -449,7 +449,7 @@ pub struct RunArgs {
     pub max_object_size: usize,
     /// How many revisions of each rule are kept, with their files, in ConfigMaps
     /// `ruleop-rev-<rule>-<n>` of the status namespace (at least 1).
-    #[arg(long, env = "RULEOP_KEEP_REVISIONS", default_value_t = crate::runtime::revisions::DEFAULT_KEEP, value_parser = clap::value_parser!(u16).range(1..=1000).map(usize::from))]
+    #[arg(long, env = "RULEOP_KEEP_REVISIONS", default_value_t = crate::records::revisions::DEFAULT_KEEP, value_parser = clap::value_parser!(u16).range(1..=1000).map(usize::from))]
     pub keep_revisions: usize,
     /// Client-side limit on the operator's requests to the API server, per second on average
     /// (0, the default: none; the API server's Priority and Fairness decides, and its 429

@@ -23,7 +23,7 @@ pub fn main() -> ExitCode {
             revision,
             status_namespace,
         } => {
-            let now = now.unwrap_or_else(crate::runtime::clock::now_rfc3339);
+            let now = now.unwrap_or_else(crate::records::clock::now_rfc3339);
             let inputs = offline::RenderInputs {
                 file: &file,
                 observed: observed.as_deref(),

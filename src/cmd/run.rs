@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::cmd::cli::{ElectionArgs, LogFormat, RunArgs};
 use crate::ha::leader::Election;
-use crate::runtime::run::{RunSettings, STATUS_CONFIGMAP, run};
+use crate::records::status::STATUS_CONFIGMAP;
+use crate::runtime::run::{RunSettings, run};
 
 /// Runs the operator until it is stopped: exit 0 after a clean stop, 1 when it fails, 2 for
 /// flags that do not fit together.

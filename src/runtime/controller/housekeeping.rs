@@ -16,7 +16,7 @@ use crate::ops::Observability;
 
 /// Failed reconciles in a row, and the next try, by parent UID (the backoff exponent and the
 /// circuit breaker).
-pub(crate) type FailureCounts = Mutex<HashMap<String, crate::runtime::controller::Failures>>;
+pub(crate) type FailureCounts = Mutex<HashMap<String, super::circuit::Failures>>;
 
 /// The per-parent maps of one rule's controller.
 #[derive(Debug, Default, Clone)]
@@ -120,7 +120,7 @@ mod tests {
     }
 
     fn remember(memory: &ParentMemory, uid: &str) {
-        let failures = crate::runtime::controller::Failures {
+        let failures = super::super::circuit::Failures {
             count: 3,
             retry_at: Instant::now(),
             generation: 1,
