@@ -44,30 +44,44 @@ pub(crate) fn look(crds_changed: bool, rejected: Option<SchemaRejection>) -> Loo
 }
 
 /// What a reload does with an admission's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Decision {
-    /// Put the set in force; report it Loaded.
-    Swap,
-    /// Put the set in force; the rules set aside wait for their kinds (reported, retried).
-    SwapAndWait,
+    /// Put the set in force. Reported Loaded, or, when rules were set aside (`wait`), reported
+    /// waiting for their kinds and retried with backoff.
+    Swap {
+        /// The set.
+        admitted: Box<Admitted>,
+        /// Rules wait for a kind.
+        wait: bool,
+    },
     /// The files are refused for their content: recorded as dealt with, not retried until they
-    /// change; the last good rules keep running. `by_schemas` when the live CRDs refused them.
+    /// change; the last good rules keep running.
     Reject {
-        /// Refused by the live CRDs (loaded again when one changes).
+        /// Why.
+        refused: Refused,
+        /// Refused by the live CRDs: loaded again when one changes.
         by_schemas: bool,
     },
     /// A failure that may pass: reported, retried with backoff, the last good rules running.
-    Retry,
+    Retry(Refused),
 }
 
 /// The decision over an admission's outcome.
-pub(crate) fn decide(admission: &Result<Admitted, Refused>) -> Decision {
+pub(crate) fn decide(admission: Result<Admitted, Refused>) -> Decision {
     match admission {
-        Ok(admitted) if admitted.waiting.is_empty() => Decision::Swap,
-        Ok(_) => Decision::SwapAndWait,
-        Err(Refused::KindsInForce(_)) => Decision::Retry,
-        Err(Refused::Schemas { .. }) => Decision::Reject { by_schemas: true },
-        Err(Refused::Invalid(_) | Refused::Scope(_)) => Decision::Reject { by_schemas: false },
+        Ok(admitted) => Decision::Swap {
+            wait: !admitted.waiting.is_empty(),
+            admitted: Box::new(admitted),
+        },
+        Err(refused @ Refused::KindsInForce(_)) => Decision::Retry(refused),
+        Err(refused @ Refused::Schemas { .. }) => Decision::Reject {
+            refused,
+            by_schemas: true,
+        },
+        Err(refused @ (Refused::Invalid(_) | Refused::Scope(_))) => Decision::Reject {
+            refused,
+            by_schemas: false,
+        },
     }
 }
 
@@ -133,25 +147,31 @@ mod tests {
             served: "namespaced",
             declared: "Cluster",
         };
+        // What each outcome leads to, in short: `swap`, `wait`, `reject`, `reject by schemas`, `retry`.
+        let short = |decision: Decision| match decision {
+            Decision::Swap { wait: false, .. } => "swap",
+            Decision::Swap { wait: true, .. } => "wait",
+            Decision::Reject { by_schemas: false, .. } => "reject",
+            Decision::Reject { by_schemas: true, .. } => "reject by schemas",
+            Decision::Retry(_) => "retry",
+        };
         let table = [
-            (admitted(0), Decision::Swap),
-            (admitted(1), Decision::SwapAndWait),
-            (
-                Err(Refused::Invalid(Diagnostics(Vec::new()))),
-                Decision::Reject { by_schemas: false },
-            ),
-            (Err(Refused::Scope(scope)), Decision::Reject { by_schemas: false }),
+            (admitted(0), "swap"),
+            (admitted(1), "wait"),
+            (Err(Refused::Invalid(Diagnostics(Vec::new()))), "reject"),
+            (Err(Refused::Scope(scope)), "reject"),
             (
                 Err(Refused::Schemas {
                     diagnostics: Diagnostics(Vec::new()),
                     schemas: "crd@1".to_owned(),
                 }),
-                Decision::Reject { by_schemas: true },
+                "reject by schemas",
             ),
-            (Err(Refused::KindsInForce(vec![unknown()])), Decision::Retry),
+            (Err(Refused::KindsInForce(vec![unknown()])), "retry"),
         ];
         for (admission, expected) in table {
-            assert_eq!(decide(&admission), expected, "{admission:?}");
+            let shown = format!("{admission:?}");
+            assert_eq!(short(decide(admission)), expected, "{shown}");
         }
     }
 

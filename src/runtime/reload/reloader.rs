@@ -148,11 +148,11 @@ impl Reloader {
             }
             Err(diagnostics) => Err(Refused::Invalid(diagnostics)),
         };
-        match (decide::decide(&admission), admission) {
-            (Decision::Swap | Decision::SwapAndWait, Ok(admitted)) => {
-                self.swap(&fingerprint, &current_set, admitted, started).await;
+        match decide::decide(admission) {
+            Decision::Swap { admitted, wait } => {
+                self.swap(&fingerprint, &current_set, (*admitted, wait), started).await;
             }
-            (Decision::Retry, Err(refused)) => {
+            Decision::Retry(refused) => {
                 self.retry_later(
                     &fingerprint,
                     "the rules name a kind the API server does not serve",
@@ -161,7 +161,7 @@ impl Reloader {
                 )
                 .await;
             }
-            (Decision::Reject { by_schemas }, Err(refused)) => {
+            Decision::Reject { refused, by_schemas } => {
                 if let Refused::Schemas { schemas, .. } = &refused {
                     self.schemas.clone_from(schemas);
                 }
@@ -169,14 +169,6 @@ impl Reloader {
                     self.rejected_by_schemas = Some(SchemaRejection::Files);
                 }
                 self.reject(&fingerprint, &refused).await;
-            }
-            (decision, admission) => {
-                // decide() maps every admission to one of the above.
-                error!(
-                    ?decision,
-                    admitted = admission.is_ok(),
-                    "a reload decision does not fit its admission"
-                );
             }
         }
     }
@@ -187,7 +179,7 @@ impl Reloader {
         &mut self,
         fingerprint: &str,
         current_set: &Arc<RuleSet>,
-        admitted: Admitted,
+        (admitted, wait): (Admitted, bool),
         started: std::time::Instant,
     ) {
         let Admitted {
@@ -229,7 +221,7 @@ impl Reloader {
             .observability
             .health
             .set_waiting(waiting.iter().map(ToString::to_string).collect());
-        if !waiting.is_empty() {
+        if wait {
             self.wait_for_kinds(fingerprint, &set, &waiting).await;
             return;
         }
