@@ -120,7 +120,7 @@ mod tests {
     }
 
     fn remember(memory: &ParentMemory, uid: &str) {
-        let failures = super::super::circuit::Failures {
+        let failures = crate::runtime::controller::Failures {
             count: 3,
             retry_at: Instant::now(),
             generation: 1,
