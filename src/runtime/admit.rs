@@ -199,7 +199,7 @@ pub(crate) async fn read_live_schemas(client: &Client, set: &RuleSet, kinds: &Ki
 /// Step 5: `set` against CRDs already read: every located problem (kinds with no schema are
 /// logged).
 pub(crate) fn check_against(set: &RuleSet, live: &LiveSchemas, templates: &Path) -> Result<(), Diagnostics> {
-    let report = crate::engine::schema::rule_check::check(set, &live.catalog, templates);
+    let report = crate::engine::schema_check::rule_check::check(set, &live.catalog, templates);
     for warning in &report.warnings {
         warn!(%warning, "a rule is not checked against a schema");
     }

@@ -310,7 +310,7 @@ impl Driver {
         let policy = in_force
             .rollout
             .clone()
-            .unwrap_or_else(crate::engine::rollout::policy::Rollout::all_at_once);
+            .unwrap_or_else(crate::engine::rules::rollout_policy::Rollout::all_at_once);
         let recorded = crate::records::rollouts::Recorded {
             state: next,
             started_at: jiff::Timestamp::now(),

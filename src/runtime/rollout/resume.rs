@@ -10,9 +10,9 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::cache::discovery::Kinds;
-use crate::engine::rollout::policy::Rollout;
 use crate::engine::rollout::select::Phase;
 use crate::engine::rules::RuleSet;
+use crate::engine::rules::rollout_policy::Rollout;
 use crate::records::revisions::RevisionStore;
 use crate::records::rollouts::{Recorded, RolloutReport, decode, recorded};
 use crate::runtime::rollout::staging::{ParentNow, Rollouts, Staging};

@@ -4,11 +4,11 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Catalog;
 use super::rule_check::Report;
 use crate::engine::diagnostic::{Diagnostic, SourceLocation};
 use crate::engine::rules::model::ParentSchema;
 use crate::engine::rules::{Rule, RuleSet};
+use crate::engine::schema::Catalog;
 
 /// The CRD of `rule`'s parent kind, when the rule has `spec.schema`.
 pub(crate) fn generate(rule: &Rule) -> Option<Value> {

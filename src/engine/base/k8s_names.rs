@@ -73,8 +73,8 @@ impl NameRule {
 
     fn accepts(self, name: &str) -> bool {
         match self {
-            NameRule::Label => is_label(name),
-            NameRule::Label1035 => is_label(name) && name.starts_with(|c: char| c.is_ascii_lowercase()),
+            NameRule::Label => is_dns_label(name),
+            NameRule::Label1035 => is_dns_label(name) && name.starts_with(|c: char| c.is_ascii_lowercase()),
             NameRule::Subdomain { .. } => is_subdomain(name),
             NameRule::PathSegment => !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%']),
         }
@@ -279,8 +279,9 @@ fn not_a_string(path: &str, key: &str, value: &Value) -> String {
     )
 }
 
-/// RFC 1123 label.
-fn is_label(s: &str) -> bool {
+/// Whether `s` is an RFC 1123 DNS label (a namespace name, a rule name, an id of a rule's
+/// children, actions or lookups).
+pub(crate) fn is_dns_label(s: &str) -> bool {
     s.len() <= LABEL_LIMIT && is_label_text(s)
 }
 

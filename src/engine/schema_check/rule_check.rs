@@ -6,10 +6,10 @@
 use std::path::Path;
 
 use super::reads::{self, Read, Typing};
-use super::{Catalog, Schema, Step};
 use crate::engine::diagnostic::{Diagnostic, SourceLocation};
 use crate::engine::rules::model::{FieldSource, Located, RuleSpec};
 use crate::engine::rules::{Rule, RuleSet, is_built_in_api};
+use crate::engine::schema::{Catalog, Schema, Step, did_you_mean};
 
 /// What the check found.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -373,7 +373,7 @@ impl<'a> RuleReads<'a> {
                     )
                     .with_hint(format!(
                         "declare it under the CRD's status, or remove it ({})",
-                        super::did_you_mean(&name, &known)
+                        did_you_mean(&name, &known)
                     )),
                 );
                 reported.push(name);

@@ -11,7 +11,7 @@ use minijinja::machinery::{CompiledTemplate, Instruction, Instructions, Template
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Value};
 
-use super::{OBJECT_META_FIELDS, Schema, Step};
+use crate::engine::schema::{OBJECT_META_FIELDS, Schema, Step, did_you_mean};
 
 /// One step of a read path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,7 +285,7 @@ fn unknown(at: &str, name: &str, known: &[&str]) -> UnknownField {
     UnknownField {
         at: at.to_owned(),
         name: name.to_owned(),
-        hint: super::did_you_mean(name, known),
+        hint: did_you_mean(name, known),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Offline checks of rendered built-in kinds against the k8s-openapi types, so a mistyped field
+//! The built-in kinds known offline: their resource names (plurals), which are cluster-scoped,
+//! and checks of a rendered built-in kind against the k8s-openapi types, so a mistyped field
 //! (`replicas: "three"`) or an unknown one (`prots:`) is caught with its path before anything
 //! reaches the API server, and one bad child cannot leave a partially applied set behind.
 
