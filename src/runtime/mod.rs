@@ -1,8 +1,7 @@
 //! `ruleop run`: the run loop, rule admission and reloads, one controller per rule, staged
-//! rollouts, and the work queue. The files, from the bottom up (each imports only those before
-//! it; `tests/it/offline/layers.rs` holds the order): `shutdown`, `queue`, `workers`, `admit`,
-//! `pins`, `rollout/staging`, `rollout/resume`, `controller/`, `supervisor`, `rollout/driver`,
-//! `reload/`, `run`.
+//! rollouts, and the work queue. The modules, from the bottom up (each imports only those before
+//! it; `ORDERS` in `tests/it/offline/layers.rs` holds the order): `shutdown`, `queue`, `workers`,
+//! `admit`, `pins`, `rollout/`, `controller/`, `supervisor`, `reload/`, `run`.
 
 pub(crate) mod admit;
 pub(crate) mod controller;

@@ -28,8 +28,8 @@ use crate::records::status::StatusReport;
 use crate::runtime::admit;
 use crate::runtime::controller::Shared;
 use crate::runtime::reload::reloader::{Reloader, Sources, Started};
+use crate::runtime::reload::rollouts::{self, Driver};
 use crate::runtime::reload::watch::{DirWatcher, fingerprint};
-use crate::runtime::rollout::driver::{self, Driver};
 use crate::runtime::rollout::staging::Rollouts;
 use crate::runtime::shutdown;
 use crate::runtime::supervisor::Supervisor;
@@ -254,11 +254,11 @@ pub(crate) async fn run(settings: RunSettings) -> anyhow::Result<()> {
             ended = reloader.supervisor.next_ended() => reloader.report_ended(&ended, &settings.status_namespace),
             () = sleep_until(step_at) => reloader.rollouts.advance(&reloader.supervisor).await,
             Some(rule) = halts.recv() => reloader.rollouts.halted(&rule, &reloader.supervisor).await,
-            Some(request) = driver::next_request(&mut reloader.rollouts.requests) => {
+            Some(request) = rollouts::next_request(&mut reloader.rollouts.requests) => {
                 reloader.rollouts.request(&request, &reloader.supervisor, &reloader.revisions).await;
                 reloader.rollouts.request_done(&request).await;
             }
-            Some(states) = driver::next_records(&mut reloader.rollouts.records) => {
+            Some(states) = rollouts::next_records(&mut reloader.rollouts.records) => {
                 reloader.rollouts.follow_records(states, &reloader.supervisor, &reloader.revisions).await;
             }
             _ = rollout_check.tick() => reloader.rollouts.check(&reloader.supervisor, &reloader.revisions).await,

@@ -18,8 +18,8 @@ use crate::records::status::{ReloadState, StatusReport};
 use crate::runtime::admit::{self, Admitted, Refused};
 use crate::runtime::controller::Shared;
 use crate::runtime::reload::decide::{self, Decision, Look, RETRY_MAX, Recheck, SchemaRejection};
+use crate::runtime::reload::rollouts::Driver;
 use crate::runtime::reload::watch::fingerprint;
-use crate::runtime::rollout::driver::Driver;
 use crate::runtime::rollout::staging;
 use crate::runtime::supervisor::{Ended, Supervisor};
 

@@ -132,100 +132,6 @@ fn only_the_run_command_imports_the_runtime() {
     );
 }
 
-/// The files and folders of `src/runtime/` from the bottom up: each imports (by `crate::runtime::`
-/// paths) only those before it, and the files of its own folder entry. A new file gets a place
-/// here.
-const RUNTIME_ORDER: &[&str] = &[
-    "shutdown",
-    "queue",
-    "workers",
-    "admit",
-    "pins",
-    "rollout/staging",
-    "rollout/resume",
-    "controller",
-    "supervisor",
-    "rollout/driver",
-    "reload/watch",
-    "reload/decide",
-    "reload/reloader",
-    "run",
-];
-
-/// The rank in [`RUNTIME_ORDER`] of a module path under `runtime` (`["rollout", "staging", ..]`):
-/// its longest entry.
-fn runtime_rank(segments: &[&str]) -> Option<usize> {
-    (1..=segments.len())
-        .rev()
-        .find_map(|n| RUNTIME_ORDER.iter().position(|entry| *entry == segments[..n].join("/")))
-}
-
-/// The module paths named by `crate::runtime::` in `code`, as segments.
-fn runtime_paths(code: &str) -> Vec<Vec<&str>> {
-    code.match_indices("crate::runtime::")
-        .map(|(at, found)| {
-            let rest = &code[at + found.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(rest.len());
-            rest[..end].split("::").filter(|s| !s.is_empty()).collect()
-        })
-        .collect()
-}
-
-#[test]
-fn every_runtime_file_imports_only_the_runtime_files_below_it() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/runtime");
-    let mut files = Vec::new();
-    sources(&root, &mut files);
-    let mut wrong = Vec::new();
-    for (file, text) in &files {
-        let relative = Path::new(file).strip_prefix(&root).expect("under src/runtime");
-        let module = relative.with_extension("").to_string_lossy().replace('\\', "/");
-        let segments: Vec<&str> = module.split('/').filter(|s| *s != "mod").collect();
-        let Some(rank) = runtime_rank(&segments) else {
-            if !module.ends_with("mod") {
-                wrong.push(format!("{file} has no place in RUNTIME_ORDER"));
-            }
-            continue;
-        };
-        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-        for path in runtime_paths(code) {
-            match runtime_rank(&path) {
-                Some(named) if named <= rank => {}
-                Some(named) => wrong.push(format!(
-                    "{file} ({}) imports {}",
-                    RUNTIME_ORDER[rank], RUNTIME_ORDER[named]
-                )),
-                None => wrong.push(format!(
-                    "{file} imports runtime::{}, which has no place in RUNTIME_ORDER",
-                    path.join("::")
-                )),
-            }
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "imports against the runtime's order:\n{}",
-        wrong.join("\n")
-    );
-}
-
-#[test]
-fn the_runtime_order_check_sees_an_import_that_points_up() {
-    let code = "use crate::runtime::rollout::driver::Driver;\nuse crate::runtime::queue::Trigger;";
-    let ranks: Vec<Option<usize>> = runtime_paths(code).iter().map(|p| runtime_rank(p)).collect();
-    let driver = RUNTIME_ORDER.iter().position(|e| *e == "rollout/driver");
-    let queue = RUNTIME_ORDER.iter().position(|e| *e == "queue");
-    assert_eq!(ranks, [driver, queue]);
-    let staging = runtime_rank(&["rollout", "staging"]).expect("placed");
-    assert!(
-        driver.expect("placed") > staging,
-        "so staging importing the driver is refused"
-    );
-    assert_eq!(runtime_rank(&["controller", "streams"]), runtime_rank(&["controller"]));
-}
-
 /// The order inside a folder of src/: its modules (files or subfolders) from the bottom up, in
 /// levels. A module may import only modules of lower levels; modules of one level import none of
 /// each other. Every module of the folder must be placed, so a new one takes a stand. A folder's
@@ -266,6 +172,58 @@ const ORDERS: &[(&str, &[&[&str]])] = &[
             &["actions", "lifecycle", "namespace_guard"],
             // The parent's deletion, ordered scaling.
             &["deletion", "scaling"],
+        ],
+    ),
+    (
+        "records",
+        &[
+            // The clock, a ConfigMap watch, the kept revisions.
+            &["clock", "feed", "revisions"],
+            // `ruleop-status`'s reload report, the rollout requests.
+            &["status", "requests"],
+            // The rollouts' states: keys of `ruleop-status`, followed through a watch.
+            &["rollouts"],
+        ],
+    ),
+    (
+        "runtime",
+        &[
+            // The bounded stop, a parent's trigger and queue depth, the fair workers.
+            &["shutdown", "queue", "workers"],
+            // The one way in for a rule set.
+            &["admit"],
+            // Parents pinned to a kept revision (its set admitted once).
+            &["pins"],
+            // A staged rollout's state between reconciles, resumed and followed.
+            &["rollout"],
+            // One controller per rule (each reconcile asks the rollout and the pins).
+            &["controller"],
+            // The running controllers, kept in step with the rule set.
+            &["supervisor"],
+            // The reload loop: reloads, and the staged rollouts' step clock and requests.
+            &["reload"],
+            // Wiring.
+            &["run"],
+        ],
+    ),
+    ("runtime/rollout", &[&["staging"], &["resume"]]),
+    (
+        "runtime/reload",
+        &[
+            // Watching the files, the pure decisions, the rollouts' half of the loop.
+            &["watch", "decide", "rollouts"],
+            // The Reloader that carries them out.
+            &["reloader"],
+        ],
+    ),
+    (
+        "runtime/controller",
+        &[
+            &["circuit", "resync"],
+            &["housekeeping"],
+            &["policy"],
+            &["reconcile"],
+            &["streams"],
         ],
     ),
 ];
