@@ -20,6 +20,7 @@ pub mod ha;
 pub(crate) mod inspect;
 pub mod offline;
 pub(crate) mod ops;
+pub(crate) mod records;
 pub(crate) mod runtime;
 
 pub use apply::FIELD_MANAGER;

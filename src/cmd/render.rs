@@ -65,7 +65,7 @@ pub(crate) fn run(args: Args) -> ExitCode {
         revision,
         status_namespace,
     } = args;
-    let now = now.unwrap_or_else(crate::runtime::clock::now_rfc3339);
+    let now = now.unwrap_or_else(crate::records::clock::now_rfc3339);
     let inputs = RenderInputs {
         file: &file,
         observed: observed.as_deref(),

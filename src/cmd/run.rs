@@ -14,7 +14,8 @@ use crate::engine::duration;
 use crate::ha::leader::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, MAX_SHARDS, Timing};
 
 use crate::ha::leader::Election;
-use crate::runtime::run::{RunSettings, STATUS_CONFIGMAP};
+use crate::records::status::STATUS_CONFIGMAP;
+use crate::runtime::run::RunSettings;
 
 /// Which metric to watch for what (`ruleop run --help`); docs/operations/health-metrics.md has the full table.
 const RUN_METRICS_HELP: &str = "\
@@ -92,7 +93,7 @@ pub(crate) struct Args {
     max_object_size: usize,
     /// How many revisions of each rule are kept, with their files, in ConfigMaps
     /// `ruleop-rev-<rule>-<n>` of the status namespace (at least 1).
-    #[arg(long, env = "RULEOP_KEEP_REVISIONS", default_value_t = crate::runtime::revisions::DEFAULT_KEEP, value_parser = clap::value_parser!(u16).range(1..=1000).map(usize::from))]
+    #[arg(long, env = "RULEOP_KEEP_REVISIONS", default_value_t = crate::records::revisions::DEFAULT_KEEP, value_parser = clap::value_parser!(u16).range(1..=1000).map(usize::from))]
     keep_revisions: usize,
     /// Client-side limit on the operator's requests to the API server, per second on average
     /// (0, the default: none; the API server's Priority and Fairness decides, and its 429

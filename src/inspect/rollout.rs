@@ -9,21 +9,20 @@ use std::time::Duration;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 
 use crate::inspect::live::dry_run::unified;
 use crate::offline::parent::rule_of_parent;
 use crate::offline::render::render_with;
 use crate::offline::{CommandError, RenderInputs, SchemaSources, Sources, load_checked};
 
-use crate::engine::rollout::control::{self, Command, REQUEST_LABEL, Request, request_name};
+use crate::engine::rollout::control::{self, Command, Request};
 use crate::engine::rollout::record::Record;
 use crate::engine::rules::RuleSet;
-use crate::runtime::revisions::read_record;
-use crate::runtime::rollout::recorded;
-use crate::runtime::rollout_resume::set_of_record;
-use crate::runtime::run::STATUS_CONFIGMAP;
+use crate::records::requests;
+use crate::records::revisions::{kept_before, read_record, selector, set_of_record};
+use crate::records::rollouts::{self, recorded};
+use crate::records::status::{STATUS_CONFIGMAP, revisions_in_force};
 
 /// What to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,17 +127,8 @@ async fn ask(
         })?
         .data
         .unwrap_or_default();
-    let in_force: BTreeMap<&str, u64> = data
-        .get("revisions")
-        .map(|lines| {
-            lines
-                .lines()
-                .filter_map(|l| l.split_once(": "))
-                .filter_map(|(rule, n)| Some((rule, n.split_whitespace().next()?.parse().ok()?)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let recorded_of = |rule: &str| data.get(&format!("rollout.{rule}")).and_then(|text| recorded(text));
+    let in_force = revisions_in_force(&data);
+    let recorded_of = |rule: &str| data.get(&rollouts::key(rule)).and_then(|text| recorded(text));
     let rule = match rule {
         Some(rule) => rule.to_owned(),
         None => {
@@ -172,7 +162,9 @@ async fn ask(
     let state = recorded_of(&rule).map(|r| r.state).filter(|s| s.to == revision);
     let previous = match (&state, command) {
         (Some(state), _) => Some(state.from),
-        (None, Command::Undo) => kept_before(config_maps, &rule, revision).await?,
+        (None, Command::Undo) => kept_before(config_maps, &rule, revision)
+            .await
+            .context("listing the kept revisions")?,
         (None, _) => None,
     };
     let request = Request {
@@ -190,20 +182,9 @@ async fn ask(
         return Err(refuse(control::Refused::NothingToUndo(revision).to_string()));
     }
     control::apply(state.as_ref(), revision, &request).map_err(|e| refuse(e.to_string()))?;
-    let name = request_name(&rule);
-    let object = serde_json::json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "labels": {REQUEST_LABEL: rule, "app.kubernetes.io/managed-by": "ruleop"}},
-        "data": request.to_data(),
-    });
-    config_maps
-        .patch(
-            &name,
-            &PatchParams::apply("ruleop-rollout-cli").force(),
-            &Patch::Apply(&object),
-        )
+    let name = requests::write(config_maps, &rule, &request)
         .await
-        .with_context(|| format!("writing the request {namespace}/{name}"))?;
+        .with_context(|| format!("writing the request {namespace}/{}", control::request_name(&rule)))?;
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         if config_maps
@@ -225,7 +206,7 @@ async fn ask(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Every followed request writes a note with its time, so an unchanged state means refused.
-    let key = format!("rollout.{rule}");
+    let key = rollouts::key(&rule);
     let after = config_maps
         .get_opt(STATUS_CONFIGMAP)
         .await
@@ -276,26 +257,9 @@ pub(crate) async fn kept_set(rule: &str, revision: u64, status_namespace: &str) 
     set_of_record(&record).map_err(|e| anyhow::anyhow!("revision {revision} of rule {rule:?} does not load: {e}"))
 }
 
-/// The newest kept revision of `rule` before `revision`, by the kept ConfigMaps' labels.
-async fn kept_before(config_maps: &Api<ConfigMap>, rule: &str, revision: u64) -> anyhow::Result<Option<u64>> {
-    let listed = config_maps
-        .list(&ListParams::default().labels(&format!("ruleop.io/revision-of={rule}")))
-        .await
-        .context("listing the kept revisions")?;
-    Ok(listed
-        .iter()
-        .filter_map(|cm| cm.labels().get("ruleop.io/revision")?.parse::<u64>().ok())
-        .filter(|n| *n < revision)
-        .max())
-}
-
 async fn history(config_maps: &Api<ConfigMap>, rule: Option<&str>) -> anyhow::Result<String> {
-    let selector = match rule {
-        Some(rule) => format!("ruleop.io/revision-of={rule}"),
-        None => "ruleop.io/revision-of".to_owned(),
-    };
     let listed = config_maps
-        .list(&ListParams::default().labels(&selector))
+        .list(&ListParams::default().labels(&selector(rule)))
         .await
         .context("listing the kept revisions")?;
     let mut records: BTreeMap<String, BTreeMap<u64, Record>> = BTreeMap::new();

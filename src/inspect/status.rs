@@ -127,9 +127,14 @@ pub(crate) async fn read_with(
     let mut status = Status::default();
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), status_namespace);
     let reload = config_maps
-        .get_opt(crate::runtime::run::STATUS_CONFIGMAP)
+        .get_opt(crate::records::status::STATUS_CONFIGMAP)
         .await
-        .with_context(|| format!("reading {status_namespace}/{}", crate::runtime::run::STATUS_CONFIGMAP))?;
+        .with_context(|| {
+            format!(
+                "reading {status_namespace}/{}",
+                crate::records::status::STATUS_CONFIGMAP
+            )
+        })?;
     status.reload = reload.and_then(|c| c.data).unwrap_or_default().into_iter().collect();
     let leases: Api<Lease> = Api::namespaced(client.clone(), status_namespace);
     if let Ok(list) = leases.list(&ListParams::default()).await {
@@ -223,7 +228,7 @@ pub(crate) fn text(status: &Status, status_namespace: &str) -> String {
     if status.reload.is_empty() {
         out.push_str(&format!(
             "reload: no {status_namespace}/{} ConfigMap (is ruleop running, with --status-namespace {status_namespace}?)\n",
-            crate::runtime::run::STATUS_CONFIGMAP
+            crate::records::status::STATUS_CONFIGMAP
         ));
     } else {
         out.push_str(&format!(

@@ -97,7 +97,7 @@ impl Pins {
         if let Some(set) = loaded.get(&key) {
             return Ok(set.clone());
         }
-        let set = crate::runtime::rollout_resume::previous_set(&self.api, &in_force.name, revision, kinds)
+        let set = crate::runtime::admit::kept(&self.api, &in_force.name, revision, kinds)
             .await
             .map_err(|why| Unservable::DoesNotLoad {
                 rule: in_force.name.clone(),

@@ -1,5 +1,5 @@
 //! Why each parent is reconciled (its trigger) and how many parents are queued (the queue
-//! depth; the workers they wait for are in [`crate::runtime::workers`]). kube-runtime's
+//! depth; the workers they wait for are in `workers.rs`). kube-runtime's
 //! Controller keeps its queue to itself, so this follows what feeds it: the parent, child and lookup streams, rule reloads, and the requeues that the reconciler
 //! and its error policy ask for. kube's own `reconciling object` span names a reason too, but in
 //! kube's words and without telling a resync from a retry.
@@ -166,7 +166,7 @@ impl Triggers {
 }
 
 /// How many reconciles of one rule kube-runtime may hold at once, running or waiting for a worker
-/// ([`crate::runtime::workers::Workers`]): beyond it, queued parents wait in kube-runtime's scheduler instead. kube-runtime
+/// (`Workers`, in `workers.rs`, which reads this): beyond it, queued parents wait in kube-runtime's scheduler instead. kube-runtime
 /// polls every reconcile it holds whenever one of them wakes, so with no bound the CPU a reconcile
 /// costs grew with the backlog: 7.9 CPU s per 1,000 parents converged at N = 1,000, 14.8 at 3,000
 /// and 26.6 at 10,000 (`make bench`; a profile of the 3,000 run spent 55% in `JoinHandle::poll`,

@@ -14,7 +14,7 @@ use tracing::{error, info};
 use crate::cache::discovery::Kinds;
 use crate::engine::rules::RuleSet;
 use crate::runtime::controller::{self, RunningController, Shared};
-use crate::runtime::rollout::ParentNow;
+use crate::runtime::rollout::staging::ParentNow;
 
 /// How long a controller replaced or removed by a reload may take to finish its reconciles.
 const CONTROLLER_STOP: Duration = Duration::from_secs(30);

@@ -148,7 +148,7 @@ pub(crate) fn command(
     let options = Options {
         namespace,
         selector,
-        now: now.unwrap_or_else(crate::runtime::clock::now_rfc3339),
+        now: now.unwrap_or_else(crate::records::clock::now_rfc3339),
     };
     match runtime.block_on(diff(&set, &options)) {
         Ok(report) => {

@@ -225,7 +225,7 @@ impl<'a> Session<'a> {
         let lookups =
             live::read_lookups(&self.client, &self.kinds, self.set, rule, std::slice::from_ref(&parent)).await?;
         let stripped: Vec<Value> = observed.iter().cloned().map(live::strip_managed_fields).collect();
-        let now = crate::runtime::clock::now_rfc3339();
+        let now = crate::records::clock::now_rfc3339();
         let planned = plan::plan_with(&self.set.renderer, rule, &parent, &stripped, &lookups, &now);
         let drift = match &planned {
             Ok(plan) => self.drift(plan, observed, &stripped).await,

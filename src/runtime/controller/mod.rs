@@ -4,6 +4,7 @@
 //! decides when a parent runs again; what they share is here.
 
 mod circuit;
+pub(crate) mod housekeeping;
 mod policy;
 mod reconcile;
 mod resync;
@@ -31,12 +32,12 @@ use crate::engine::plan::PlanError;
 use crate::engine::rules::RuleSet;
 use crate::ops::Observability;
 use crate::ops::metrics::Sampled;
-use crate::runtime::housekeeping::FailureCounts;
 use crate::runtime::queue::{self, Triggers};
-use crate::runtime::rollout::ParentNow;
+use crate::runtime::rollout::staging::ParentNow;
 use crate::runtime::workers::Workers;
 
 pub(crate) use circuit::{Failures, Threshold};
+use housekeeping::FailureCounts;
 
 /// State shared by every controller of the process.
 pub(crate) struct Shared {
@@ -62,7 +63,7 @@ pub(crate) struct Shared {
     /// server's own addresses.
     pub egress_deny: Vec<ipnet::IpNet>,
     /// The staged rollouts under way (`spec.rollout`).
-    pub rollouts: crate::runtime::rollout::Rollouts,
+    pub rollouts: crate::runtime::rollout::staging::Rollouts,
     /// Failed reconciles in a row that open a parent's circuit (`--circuit-failures`).
     pub circuit: Threshold,
     /// The kept revisions parents may be pinned to, and the pinned ones' rule sets.

@@ -11,8 +11,8 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use tracing::debug;
 
+use super::housekeeping::ParentMemory;
 use crate::apply::ApplyError;
-use crate::runtime::housekeeping::ParentMemory;
 use crate::runtime::queue::Trigger;
 
 use super::{Failures, ReconcileError, RuleContext, parent_key};

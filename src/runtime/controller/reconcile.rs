@@ -22,9 +22,9 @@ use crate::engine::plan::{self};
 use crate::engine::rollout::select::{REVISION_ANNOTATION, Revisions};
 use crate::engine::rules::{Rule, RuleSet};
 use crate::ops::metrics::Outcome;
-use crate::runtime::clock::now_rfc3339;
+use crate::records::clock::now_rfc3339;
 use crate::runtime::queue::Trigger;
-use crate::runtime::rollout::{Membership, Staging};
+use crate::runtime::rollout::staging::{Membership, Staging};
 
 use super::policy::{after_success, requeue};
 use super::{ReconcileError, RuleContext, parent_key};

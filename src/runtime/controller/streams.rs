@@ -16,6 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info};
 
+use super::housekeeping::{Housekeeping, ParentMemory};
 use crate::apply::deliveries::Deliveries;
 use crate::apply::events;
 use crate::cache::children::ChildIndex;
@@ -27,7 +28,6 @@ use crate::engine::plan::context::LABEL_RULE;
 use crate::engine::plan::scope::ANNOTATION_PARENT;
 use crate::engine::rules::Rule;
 use crate::ops::metrics::Sampled;
-use crate::runtime::housekeeping::{Housekeeping, ParentMemory};
 use crate::runtime::queue::{self, Trigger, Triggers};
 use crate::runtime::workers::Workers;
 
@@ -97,7 +97,7 @@ impl Shared {
             if parents && writes_status && held && matches!(why, Skipped::TooLarge { .. }) {
                 let (served, metadata, why) = (served_kind.clone(), metadata.clone(), why.clone());
                 tokio::spawn(async move {
-                    let now = crate::runtime::clock::now_rfc3339();
+                    let now = crate::records::clock::now_rfc3339();
                     crate::apply::skipped::mark_parent(
                         shared.client.clone(),
                         &served,

@@ -7,9 +7,10 @@ use std::path::Path;
 
 /// The layers from the bottom up; each may import those before it.
 /// `offline` (check, render, test: the engine without a cluster) sits right above the engine;
-/// `inspect` (the read-only live views) above the runtime; `cmd`, the shell, on top.
+/// `records` (ruleop's own ConfigMaps) under the runtime; `inspect` (the read-only live views)
+/// above the runtime; `cmd`, the shell, on top.
 const LAYERS: &[&str] = &[
-    "engine", "offline", "ops", "cache", "apply", "ha", "runtime", "inspect", "cmd",
+    "engine", "offline", "ops", "cache", "apply", "ha", "records", "runtime", "inspect", "cmd",
 ];
 
 /// Crates the engine must never name: planning is a function of values.
@@ -106,6 +107,36 @@ fn only_the_run_loop_names_the_admin_server_and_everyone_else_reports_through_ob
     );
 }
 
+/// The one file of `cmd/` that may name `runtime::`: the entry that starts `ruleop run`. Every
+/// other command (the read-only tools included) reads ruleop's own ConfigMaps through `records/`.
+const RUNTIME_ENTRY: &str = "src/cmd/run.rs";
+
+#[test]
+fn only_the_run_command_imports_the_runtime() {
+    let mut files = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd"), &mut files);
+    let mut found = Vec::new();
+    let mut entry_seen = false;
+    for (file, text) in &files {
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let names_runtime = code.contains("crate::runtime::") || code.contains("crate::runtime;");
+        if file.replace('\\', "/").ends_with(RUNTIME_ENTRY) {
+            entry_seen = names_runtime;
+        } else if names_runtime {
+            found.push(file.clone());
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "cmd files that import the runtime (read through records/):\n{}",
+        found.join("\n")
+    );
+    assert!(
+        entry_seen,
+        "{RUNTIME_ENTRY} starts `ruleop run` through the runtime; update RUNTIME_ENTRY if it moved"
+    );
+}
+
 /// The order inside a folder of src/: its modules (files or subfolders) from the bottom up, in
 /// levels. A module may import only modules of lower levels; modules of one level import none of
 /// each other. Every module of the folder must be placed, so a new one takes a stand. A folder's
@@ -146,6 +177,58 @@ const ORDERS: &[(&str, &[&[&str]])] = &[
             &["actions", "lifecycle", "namespace_guard"],
             // The parent's deletion, ordered scaling.
             &["deletion", "scaling"],
+        ],
+    ),
+    (
+        "records",
+        &[
+            // The clock, a ConfigMap watch, the kept revisions.
+            &["clock", "feed", "revisions"],
+            // `ruleop-status`'s reload report, the rollout requests.
+            &["status", "requests"],
+            // The rollouts' states: keys of `ruleop-status`, followed through a watch.
+            &["rollouts"],
+        ],
+    ),
+    (
+        "runtime",
+        &[
+            // The bounded stop, a parent's trigger and queue depth, the fair workers.
+            &["shutdown", "queue", "workers"],
+            // The one way in for a rule set.
+            &["admit"],
+            // Parents pinned to a kept revision (its set admitted once).
+            &["pins"],
+            // A staged rollout's state between reconciles, resumed and followed.
+            &["rollout"],
+            // One controller per rule (each reconcile asks the rollout and the pins).
+            &["controller"],
+            // The running controllers, kept in step with the rule set.
+            &["supervisor"],
+            // The reload loop: reloads, and the staged rollouts' step clock and requests.
+            &["reload"],
+            // Wiring.
+            &["run"],
+        ],
+    ),
+    ("runtime/rollout", &[&["staging"], &["resume"]]),
+    (
+        "runtime/reload",
+        &[
+            // Watching the files, the pure decisions, the rollouts' half of the loop.
+            &["watch", "decide", "rollouts"],
+            // The Reloader that carries them out.
+            &["reloader"],
+        ],
+    ),
+    (
+        "runtime/controller",
+        &[
+            &["circuit", "resync"],
+            &["housekeeping"],
+            &["policy"],
+            &["reconcile"],
+            &["streams"],
         ],
     ),
 ];

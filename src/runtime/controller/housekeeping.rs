@@ -16,7 +16,7 @@ use crate::ops::Observability;
 
 /// Failed reconciles in a row, and the next try, by parent UID (the backoff exponent and the
 /// circuit breaker).
-pub(crate) type FailureCounts = Mutex<HashMap<String, crate::runtime::controller::Failures>>;
+pub(crate) type FailureCounts = Mutex<HashMap<String, super::circuit::Failures>>;
 
 /// The per-parent maps of one rule's controller.
 #[derive(Debug, Default, Clone)]

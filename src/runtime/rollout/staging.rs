@@ -14,6 +14,7 @@ use crate::engine::rollout::select::{Phase, Revisions, RolloutState};
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::model::OnFailure;
 use crate::engine::rules::rollout_policy::Rollout;
+use crate::records::rollouts::{Recorded, encode};
 
 /// The staged rollouts under way, by rule, and where a halt is announced.
 pub(crate) struct Rollouts {
@@ -187,7 +188,7 @@ impl Staging {
         }
     }
 
-    /// The rollout a recorded state describes ([`recorded`]), going on from `previous` at its
+    /// The rollout a recorded state describes ([`crate::records::rollouts::recorded`]), going on from `previous` at its
     /// step, with the step's time counted from when it began.
     pub(crate) fn resumed(
         previous: Arc<RuleSet>,
@@ -357,7 +358,7 @@ impl Staging {
         if !was_ready || ready || progress.failed.contains_key(who) {
             return false;
         }
-        // One line each: the record is read back line by line (`record_of`).
+        // One line each: the record is read back line by line (`records::rollouts::decode`).
         let why = format!("{} {status}: {reason}: {message}", self.rollout.condition).replace(['\n', '\r'], " ");
         progress.failed.insert(who.to_owned(), why);
         decides && self.halt_when_over(&mut progress)
@@ -408,30 +409,17 @@ impl Staging {
         Advanced::Step(next)
     }
 
-    /// Its state as `ruleop-status` shows it (`rollout.<rule>`), one `key: value` per line.
+    /// Its state as `ruleop-status` shows it (`rollout.<rule>`, [`encode`]).
     pub(crate) fn describe(&self) -> String {
         let progress = self.progress();
-        let state = &progress.state;
-        let percent = self.rollout.steps.get(state.step).map_or(100, |s| s.percent);
-        let phase = crate::engine::rollout::control::phase_name(state.phase);
-        let mut text = format!(
-            "from: {}\nto: {}\nstep: {} of {} ({percent}%)\nphase: {phase}\nstepStartedAt: {}\n",
-            state.from,
-            state.to,
-            state.step + 1,
-            self.rollout.steps.len(),
-            progress.step_started_at
-        );
-        if let Some(note) = &progress.note {
-            text.push_str(&format!("note: {note}\n"));
-        }
-        if !progress.failed.is_empty() {
-            text.push_str("failed:\n");
-            for (who, why) in &progress.failed {
-                text.push_str(&format!("  {who}: {why}\n"));
-            }
-        }
-        text
+        let percent = self.rollout.steps.get(progress.state.step).map_or(100, |s| s.percent);
+        let recorded = Recorded {
+            state: progress.state.clone(),
+            started_at: progress.step_started_at,
+            note: progress.note.clone(),
+            failed: progress.failed.clone(),
+        };
+        encode(&recorded, self.rollout.steps.len(), percent)
     }
 }
 
@@ -503,65 +491,6 @@ fn instant_of(started_at: jiff::Timestamp) -> Instant {
     Instant::now().checked_sub(elapsed).unwrap_or_else(Instant::now)
 }
 
-/// A rollout as `ruleop-status` records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Recorded {
-    /// Where it stands.
-    pub(crate) state: RolloutState,
-    /// When its current step began.
-    pub(crate) started_at: jiff::Timestamp,
-    /// What an operator asked of it last.
-    pub(crate) note: Option<String>,
-    /// The moved parents that failed: `namespace/name` -> why.
-    pub(crate) failed: BTreeMap<String, String>,
-}
-
-/// What a recorded text (what [`Staging::describe`] wrote) says of a rollout under way; `None`
-/// when it is not such a text, or says the rollout is over.
-pub(crate) fn recorded(text: &str) -> Option<Recorded> {
-    record_of(text).filter(|r| r.state.phase != Phase::Complete)
-}
-
-/// What a recorded text says, a complete rollout included; `None` when it is not such a text.
-pub(crate) fn record_of(text: &str) -> Option<Recorded> {
-    let field = |key: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(key)?.strip_prefix(": "))
-            .map(str::trim)
-    };
-    let phase = match field("phase")? {
-        "Progressing" => Phase::Progressing,
-        "Halted" => Phase::Halted,
-        "RolledBack" => Phase::RolledBack,
-        "Complete" => Phase::Complete,
-        _ => return None,
-    };
-    let state = RolloutState {
-        from: field("from")?.parse().ok()?,
-        to: field("to")?.parse().ok()?,
-        step: field("step")?
-            .split_whitespace()
-            .next()?
-            .parse::<usize>()
-            .ok()?
-            .checked_sub(1)?,
-        phase,
-    };
-    let failed = text
-        .lines()
-        .skip_while(|line| *line != "failed:")
-        .skip(1)
-        .map_while(|line| line.strip_prefix("  ")?.split_once(": "))
-        .map(|(who, why)| (who.to_owned(), why.to_owned()))
-        .collect();
-    Some(Recorded {
-        state,
-        started_at: field("stepStartedAt")?.parse().ok()?,
-        note: field("note").map(str::to_owned),
-        failed,
-    })
-}
-
 /// `(status, reason, message)` of the parent's condition of `type_` (`Unknown` when absent).
 fn condition(parent: &Value, type_: &str) -> (String, String, String) {
     let found = parent
@@ -585,6 +514,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::records::rollouts::{decode, recorded};
 
     fn staging(max_failures: u32, on_failure: OnFailure) -> Staging {
         let set = crate::engine::rules::load::one_rule(
@@ -771,7 +701,7 @@ mod tests {
         assert_eq!(running.advance(started), Advanced::Complete);
         let complete = running.describe();
         assert!(recorded(&complete).is_none(), "not under way");
-        assert_eq!(record_of(&complete).map(|r| r.state.phase), Some(Phase::Complete));
+        assert_eq!(decode(&complete).map(|r| r.state.phase), Some(Phase::Complete));
     }
 
     #[test]

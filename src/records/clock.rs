@@ -1,4 +1,5 @@
-//! The wall clock, read only at the edges (commands and the apply layer) and passed into plans.
+//! The wall clock as ruleop stamps its records and statuses, read only at the edges (commands,
+//! the run loop, the apply layer) and passed into plans.
 
 /// Now as Kubernetes writes a `MicroTime`: RFC 3339, UTC, with microseconds.
 ///

@@ -1,4 +1,4 @@
-//! Follows `ruleop rollout pause|resume|undo`: each request is a ConfigMap `ruleop-rollout-<rule>`
+//! The requests of `ruleop rollout pause|resume|undo`: each is a ConfigMap `ruleop-rollout-<rule>`
 //! of the status namespace (label `ruleop.io/rollout-request: <rule>`), watched here and handed to
 //! the reload loop, which decides it (`engine::rollout::control`), records the rollout's new state
 //! in `ruleop-status` and then deletes the request, so each is followed once.
@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
-use crate::engine::rollout::control::REQUEST_LABEL;
-use crate::runtime::config_map_feed::ConfigMapFeed;
+use crate::engine::rollout::control::{REQUEST_LABEL, Request, request_name};
+use crate::records::feed::ConfigMapFeed;
 
 /// One request as the watch saw it.
 #[derive(Debug, Clone)]
@@ -69,4 +69,21 @@ impl Requests {
             Err(e) => warn!(request = %seen.name, error = %e, "deleting a followed rollout request failed"),
         }
     }
+}
+
+/// The field manager of the requests `ruleop rollout` writes.
+const CLI_MANAGER: &str = "ruleop-rollout-cli";
+
+/// Writes `request` about `rule` as its ConfigMap (`ruleop-rollout-<rule>`, replacing one not
+/// followed yet). Returns the ConfigMap's name, gone once the operator has followed it.
+pub(crate) async fn write(api: &Api<ConfigMap>, rule: &str, request: &Request) -> Result<String, kube::Error> {
+    let name = request_name(rule);
+    let object = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {REQUEST_LABEL: rule, "app.kubernetes.io/managed-by": "ruleop"}},
+        "data": request.to_data(),
+    });
+    api.patch(&name, &PatchParams::apply(CLI_MANAGER).force(), &Patch::Apply(&object))
+        .await?;
+    Ok(name)
 }
