@@ -5,19 +5,14 @@
 //! measurement, not a test (`make measure-console`). The parents are created without an operator
 //! (no status yet): the list's cost is the API server's LIST and the page, not the status.
 
-/// The integration tests' support (tests/it/support), of which a bench uses a part.
-#[path = "../tests/it/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::console::{Console, dom, request};
-use support::*;
+use ruleop_testkit::console::{Console, dom, request};
+use ruleop_testkit::*;
 
 const ROUNDS: usize = 7;
 
-fn main() {
+pub(crate) fn main() {
     let n: usize = std::env::var("CONSOLE_N")
         .ok()
         .and_then(|v| v.parse().ok())

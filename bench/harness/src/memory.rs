@@ -11,14 +11,9 @@
 //!
 //! (the two allocator settings are deploy/deployment.yaml's; the operator inherits them)
 
-/// The integration tests' support (tests/it/support), of which a bench uses a part.
-#[path = "../tests/it/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::*;
+use ruleop_testkit::*;
 
 /// Whole-process memory figures from /proc, in KiB.
 fn proc_status(pid: u32, field: &str) -> u64 {
@@ -48,7 +43,7 @@ fn settle(operator: &Operator, quiet: Duration) -> u64 {
     last
 }
 
-fn main() {
+pub(crate) fn main() {
     memory_over_n_converged_databases();
 }
 

@@ -2,20 +2,15 @@
 //! docs/operations/sharding.md (what the three replicas there split). A measurement, not a test
 //! (`make measure-unsharded`).
 
-/// The integration tests' support (tests/it/support), of which a bench uses a part.
-#[path = "../tests/it/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::fleet::{all_backed_up, databases_yaml};
-use support::*;
+use ruleop_testkit::fleet::{all_backed_up, databases_yaml};
+use ruleop_testkit::*;
 
 const PARENTS: usize = 300;
 const WAIT: Duration = Duration::from_secs(300);
 
-fn main() {
+pub(crate) fn main() {
     one_replica_alone_over_the_same_parents_for_comparison();
 }
 
@@ -27,7 +22,7 @@ fn one_replica_alone_over_the_same_parents_for_comparison() {
     install_crds();
     let ns = Namespace::new("unsharded");
     let rules = rules_dir(str::to_owned);
-    let alone = Operator::start(rules.path(), &support::templates(), &ns.0);
+    let alone = Operator::start(rules.path(), &ruleop_testkit::templates(), &ns.0);
     let cpu_before = alone.cpu();
     let created = Instant::now();
     apply_yaml(&ns.0, &databases_yaml(PARENTS, 1));

@@ -3,17 +3,12 @@
 //! verb and the wall time of each. A measurement, not a test (`make measure-writes`); alone in its
 //! binary, so the API server's write counters see only its operator.
 
-/// The integration tests' support (tests/it/support), of which a bench uses a part.
-#[path = "../tests/it/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod support;
-
 use std::time::Duration;
 
-use support::writes::{reading, writes_since};
-use support::*;
+use ruleop_testkit::writes::{reading, writes_since};
+use ruleop_testkit::*;
 
-fn main() {
+pub(crate) fn main() {
     many_databases_converge_and_reload_with_these_writes();
 }
 

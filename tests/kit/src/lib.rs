@@ -1,4 +1,5 @@
-//! Test support for integration tests against the real control plane in tests/apiserver.
+//! The test-kit: what ruleop's integration tests (tests/it, through `tests/it/support`) and its
+//! measurement tool (bench/harness) use to run against the real control plane in tests/apiserver.
 //!
 //! The shared control plane is started once (or reused when `KUBECONFIG` is set, as `make test`
 //! does); it exits when this process does (it watches its stdin). A test that needs another one
@@ -33,9 +34,15 @@ pub use timings::RandomTimings;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// The project root.
+/// The project root (this crate is tests/kit in it).
 pub fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    static ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .canonicalize()
+            .expect("the project root")
+    })
 }
 
 /// Polls `check` every 100 ms until it is true, panicking after `timeout`.

@@ -28,12 +28,30 @@ pub fn free_port() -> u16 {
     panic!("no free port in 127.0.0.1:{base}-{}", base + BLOCK - 1)
 }
 
-/// The ruleop binary tests run: `RULEOP_BIN` when set (a release build, for measurements),
-/// else the one cargo built for these tests.
+/// The ruleop binary tests and measurements run: `RULEOP_BIN` when set, else [`built_binary`].
 pub fn binary() -> PathBuf {
-    std::env::var_os("RULEOP_BIN")
-        .filter(|bin| !bin.is_empty())
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ruleop")), PathBuf::from)
+    if let Some(bin) = std::env::var_os("RULEOP_BIN").filter(|bin| !bin.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    let bin = built_binary();
+    assert!(
+        bin.exists(),
+        "{} missing: build it (cargo build --bin ruleop, in the same profile) or set RULEOP_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// The `ruleop` cargo built beside the running program, in `target/<profile>/`: an integration
+/// test runs from `target/<profile>/deps/` (cargo builds `ruleop` for it), the measurement tool
+/// from `target/<profile>/` (bench/tool.sh builds `ruleop` with it).
+pub fn built_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the running program's path");
+    let mut dir = exe.parent().expect("the program's directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.join(format!("ruleop{}", std::env::consts::EXE_SUFFIX))
 }
 
 /// Runs a one-shot ruleop command (`args`, then `--rules`, `--templates`) against this test

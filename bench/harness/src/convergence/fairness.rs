@@ -7,11 +7,11 @@ use anyhow::{Context, Result};
 use kube::api::{Api, DynamicObject, ListParams};
 use tokio::sync::mpsc;
 
-use crate::contenders::{Contender, Setup};
-use crate::observer::Observer;
-use crate::parents::{create_namespace, create_parents, delete_namespace, release_finalizers};
-use crate::phases::Ctx;
-use crate::process::Operator;
+use crate::convergence::contenders::{Contender, Setup};
+use crate::convergence::observer::Observer;
+use crate::convergence::parents::{create_namespace, create_parents, delete_namespace, release_finalizers};
+use crate::convergence::phases::Ctx;
+use crate::convergence::process::Operator;
 
 /// The quiet parent against the busy namespace's burst.
 #[derive(Default)]
@@ -69,7 +69,7 @@ async fn measure(
     let mut op = Operator::start(ctx, contender, busy, &setup)?;
     op.wait_ready(Duration::from_secs(90)).await?;
     op.wait_reconciles(existing as u64, timeout).await?;
-    crate::writes::settle(&ctx.client, Duration::from_secs(3), Duration::from_secs(120)).await?;
+    crate::convergence::writes::settle(&ctx.client, Duration::from_secs(3), Duration::from_secs(120)).await?;
     let busy_seen = Observer::start(&ctx.client, busy, contender).await?;
     let quiet_seen = Observer::start(&ctx.client, quiet, contender).await?;
     let (handover, mut created) = mpsc::unbounded_channel();

@@ -12,9 +12,6 @@
 
 mod contenders;
 mod fairness;
-/// Counters and percentiles, shared with the integration tests.
-#[path = "../../tests/it/support/metrics.rs"]
-mod metrics;
 mod observer;
 mod parents;
 mod phases;
@@ -39,12 +36,7 @@ use report::Report;
 use report::machine::{MachineInfo, loadavg, plan_throughput};
 use settings::Settings;
 
-fn main() -> ExitCode {
-    // `cargo test --all-targets` runs harness=false benches without `--bench`: do nothing then.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("convergence: skipped outside `cargo bench` (run `make bench`)");
-        return ExitCode::SUCCESS;
-    }
+pub(crate) fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -232,7 +224,7 @@ fn write_report(settings: &Settings, report: &Report<'_>) -> Result<()> {
 }
 
 /// The line after which latest.md repeats the large runs' reports.
-const LARGE_MARKER: &str = "<!-- large runs (BENCH_N >= 10000) below, spliced in by benches/convergence -->";
+const LARGE_MARKER: &str = "<!-- large runs (BENCH_N >= 10000) below, spliced in by ruleop-bench convergence -->";
 
 /// latest.md = its own run + every `latest-N<list>.md` (the large runs), after [`LARGE_MARKER`].
 fn splice_large_runs(out: &Path) -> Result<()> {

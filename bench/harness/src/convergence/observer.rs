@@ -17,7 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::contenders::Contender;
+use crate::convergence::contenders::Contender;
 
 /// The facts a parent needs, one bit each.
 const STATUS: u8 = 1;

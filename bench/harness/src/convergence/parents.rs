@@ -12,7 +12,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::contenders::Created;
+use crate::convergence::contenders::Created;
 
 /// A parent kind: every contender's is called Database, in its own group.
 pub struct ParentKind {

@@ -9,16 +9,16 @@ use k8s_openapi::api::core::v1::Service;
 use kube::{Client, Config};
 use tokio::sync::mpsc;
 
-use crate::contenders::floor::FloorTemplates;
-use crate::contenders::{Contender, Runner, Setup};
-use crate::fairness::{Fairness, fairness};
-use crate::metrics::percentile;
-use crate::observer::{Observer, wait_labelled};
-use crate::parents::{create_namespace, create_parents, delete_namespace, release_finalizers};
-use crate::plane::ControlPlane;
-use crate::process::{CpuWindow, Operator, RssSampler, WindowCpu};
-use crate::settings::Settings;
-use crate::writes::{Counts, apiserver_writes, diff, settle};
+use crate::convergence::contenders::floor::FloorTemplates;
+use crate::convergence::contenders::{Contender, Runner, Setup};
+use crate::convergence::fairness::{Fairness, fairness};
+use crate::convergence::observer::{Observer, wait_labelled};
+use crate::convergence::parents::{create_namespace, create_parents, delete_namespace, release_finalizers};
+use crate::convergence::plane::ControlPlane;
+use crate::convergence::process::{CpuWindow, Operator, RssSampler, WindowCpu};
+use crate::convergence::settings::Settings;
+use crate::convergence::writes::{Counts, apiserver_writes, diff, settle};
+use ruleop_testkit::metrics::percentile;
 
 /// What every phase needs.
 pub struct Ctx<'a> {
@@ -131,7 +131,7 @@ pub struct RunResult {
     /// The same with the rule's `reloadConcurrency` set to each of `BENCH_RELOAD_SWEEP`.
     pub reload_sweep: Vec<(u16, Duration)>,
     /// ruleop's staged rollout phase (`BENCH_ROLLOUT=1`).
-    pub rollout: Option<crate::rollout::RolloutRun>,
+    pub rollout: Option<crate::convergence::rollout::RolloutRun>,
     /// ruleop's fairness phase (N >= 1,000 only).
     pub fairness: Option<Fairness>,
     /// Anything worth a line under the table.
@@ -297,7 +297,7 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
         result.reload = Some(took);
         result.reload_work = Some(work);
         result.notes.extend(note);
-        result.reload_floor = Some(crate::reload_floor::reload_floor(ctx, ns, n).await?);
+        result.reload_floor = Some(crate::convergence::reload_floor::reload_floor(ctx, ns, n).await?);
         for &in_flight in &ctx.settings.reload_sweep {
             let (took, _, note) = reload(ctx, contender, ns, n, Some(in_flight)).await?;
             eprintln!(
@@ -309,7 +309,7 @@ async fn measure(ctx: &Ctx<'_>, contender: &'static dyn Contender, n: usize, ns:
         }
     }
     if extras.reload && ctx.settings.rollout {
-        let (run, note) = crate::rollout::rollout(ctx, contender, ns, n).await?;
+        let (run, note) = crate::convergence::rollout::rollout(ctx, contender, ns, n).await?;
         result.rollout = Some(run);
         result.notes.extend(note);
     }

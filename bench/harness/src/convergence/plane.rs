@@ -6,7 +6,7 @@ use std::process::Stdio;
 use anyhow::{Context, Result, ensure};
 use tokio::process::Command;
 
-use crate::settings::Settings;
+use crate::convergence::settings::Settings;
 
 /// The Service ClusterIP range of the benchmark's plane: a /12 (1,048,574 addresses, the most
 /// kube-apiserver takes) for N = 100,000. The plane has no node, so no address is ever routed.
@@ -77,7 +77,7 @@ impl ControlPlane {
             .trim()
             .parse()
             .ok()?;
-        crate::process::cpu_seconds(pid)
+        crate::convergence::process::cpu_seconds(pid)
     }
 }
 

@@ -13,11 +13,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
-use crate::contenders::{Contender, Reconciles, Setup};
-use crate::phases::Ctx;
-use crate::plane::ControlPlane;
-use crate::settings::Settings;
-use crate::writes::sum_metric;
+use crate::convergence::contenders::{Contender, Reconciles, Setup};
+use crate::convergence::phases::Ctx;
+use crate::convergence::plane::ControlPlane;
+use crate::convergence::settings::Settings;
+use crate::convergence::writes::sum_metric;
 
 /// A running process contender.
 pub struct Operator {
@@ -112,7 +112,7 @@ impl Operator {
             .lines()
             .filter(|l| l.starts_with("ruleop_reconcile_triggers_total{"))
         {
-            let (labels, value) = crate::metrics::labels(line);
+            let (labels, value) = ruleop_testkit::metrics::labels(line);
             if let (Some(trigger), Some(value)) = (labels.get("trigger"), value) {
                 *by.entry((*trigger).to_owned()).or_default() += value as u64;
             }

@@ -14,10 +14,10 @@ use futures::{TryStreamExt, stream};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
-use crate::contenders::floor::FloorTemplates;
-use crate::parents::DATABASE;
-use crate::phases::Ctx;
-use crate::process::{CpuWindow, WindowCpu};
+use crate::convergence::contenders::floor::FloorTemplates;
+use crate::convergence::parents::DATABASE;
+use crate::convergence::phases::Ctx;
+use crate::convergence::process::{CpuWindow, WindowCpu};
 
 /// The shipped rule whose Services the floor applies.
 const RULE: &str = "database";

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::Service;
 
-use crate::contenders::{Contender, Setup};
-use crate::observer::wait_labelled;
-use crate::phases::{Ctx, copy_tree, started_and_settled};
-use crate::process::RssSampler;
-use crate::writes::{Counts, apiserver_writes, diff, settle};
+use crate::convergence::contenders::{Contender, Setup};
+use crate::convergence::observer::wait_labelled;
+use crate::convergence::phases::{Ctx, copy_tree, started_and_settled};
+use crate::convergence::process::RssSampler;
+use crate::convergence::writes::{Counts, apiserver_writes, diff, settle};
 
 /// The steps: percent and pause (s).
 const STEPS: [(u32, u64); 3] = [(10, 5), (50, 5), (100, 0)];

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, ensure};
 
-use crate::contenders::{self, Contender};
+use crate::convergence::contenders::{self, Contender};
 
 /// Everything a run is parameterised by.
 pub struct Settings {
@@ -67,7 +67,7 @@ pub fn peer_max_n() -> usize {
 impl Settings {
     /// Reads the environment.
     pub fn from_env() -> Result<Self> {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let root = ruleop_testkit::root().to_path_buf();
         let ns = env_or("BENCH_N", "100,1000")
             .split(',')
             .map(|s| {
@@ -107,8 +107,7 @@ impl Settings {
             plan_log: std::env::var_os("BENCH_PLAN_LOG").map(PathBuf::from),
             venv: std::env::var_os("BENCH_VENV").map_or_else(|| root.join("target/bench-venv"), PathBuf::from),
             out: std::env::var_os("BENCH_OUT").map_or_else(|| root.join("bench/results"), PathBuf::from),
-            ruleop_bin: std::env::var_os("BENCH_RULEOP_BIN")
-                .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ruleop")), PathBuf::from),
+            ruleop_bin: std::env::var_os("BENCH_RULEOP_BIN").map_or_else(ruleop_testkit::built_binary, PathBuf::from),
             ctl: std::env::var_os("BENCH_CTL").map_or_else(|| root.join("tests/apiserver/ctl.sh"), PathBuf::from),
             root,
         })

@@ -25,8 +25,8 @@ const RESOURCES: [&str; 8] = [
 /// Requests by (verb, resource[/subresource][ [code]]).
 pub type Counts = BTreeMap<(String, String), u64>;
 
-use crate::metrics::labels;
-pub use crate::metrics::sum_metric;
+use ruleop_testkit::metrics::labels;
+pub use ruleop_testkit::metrics::sum_metric;
 
 /// Write requests served by the API server so far.
 pub async fn apiserver_writes(client: &Client) -> Result<Counts> {

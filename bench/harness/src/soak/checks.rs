@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use ruleop::engine::plan::actions::idempotency_key;
 use serde_json::Value;
 
-use crate::support::fleet::action_job_lines;
-use crate::support::kubectl;
+use ruleop_testkit::fleet::action_job_lines;
+use ruleop_testkit::kubectl;
 
 /// The annotation whose every new value asks for one backup (rules/database.yaml's
 /// `backup-request` action).

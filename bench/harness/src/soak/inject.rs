@@ -4,12 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::checks::{BACKUP_REQUEST, Ledger};
-use crate::proxy::StallProxy;
-use crate::replicas::Replicas;
-use crate::schedule::Fault;
-use crate::support::etcd::{compact_etcd, etcd_client_url};
-use crate::support::{ControlPlane, kubectl, kubectl_ok, sum_metric};
+use crate::soak::checks::{BACKUP_REQUEST, Ledger};
+use crate::soak::proxy::StallProxy;
+use crate::soak::replicas::Replicas;
+use crate::soak::schedule::Fault;
+use ruleop_testkit::etcd::{compact_etcd, etcd_client_url};
+use ruleop_testkit::{ControlPlane, kubectl, kubectl_ok, sum_metric};
 
 /// The annotation each rule reload sets on every Service (through the Service template).
 pub const RELOAD_ANNOTATION: &str = "soak.ruleop.io/reload";
@@ -168,7 +168,7 @@ impl<'a> Chaos<'a> {
                     "---\napiVersion: myorg.io/v1\nkind: Database\nmetadata:\n  name: {name}\n{change}{spec}"
                 ));
             }
-            let out = crate::support::kubectl_with_stdin(
+            let out = ruleop_testkit::kubectl_with_stdin(
                 &[
                     "apply",
                     "--server-side",

@@ -8,11 +8,6 @@
 //! per replica and the logs for panics, and writes `bench/results/soak-<date>.{md,svg}`.
 //! A measurement, not a test: bench/README.md ("The soak").
 
-/// The integration tests' support (tests/it/support), of which a bench uses a part.
-#[path = "../../tests/it/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod support;
-
 mod checks;
 mod inject;
 mod proxy;
@@ -29,15 +24,10 @@ use inject::{Chaos, Injected, services_reloaded};
 use proxy::StallProxy;
 use replicas::{Replicas, expired_watch_lines, panics};
 use report::Outcome;
+use ruleop_testkit::*;
 use settings::Settings;
-use support::*;
 
-fn main() {
-    // `cargo test --all-targets` runs harness=false benches without `--bench`: do nothing then.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("soak: a measurement, run by `make soak` (bench/README.md)");
-        return;
-    }
+pub(crate) fn main() {
     let settings = Settings::from_env();
     let mut rng = RandomTimings::with_seed("soak", settings.seed);
     let seed = rng.seed();

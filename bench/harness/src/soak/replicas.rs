@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::support::fleet::replica_flags;
-use crate::support::{Operator, wait_until};
+use ruleop_testkit::fleet::replica_flags;
+use ruleop_testkit::{Operator, wait_until};
 
 /// One replica slot: the process now in it and how many processes it has had.
 struct Slot {

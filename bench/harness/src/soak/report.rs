@@ -5,10 +5,10 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use crate::checks::Verdict;
-use crate::inject::Injected;
-use crate::replicas::RssSample;
-use crate::schedule::KINDS;
+use crate::soak::checks::Verdict;
+use crate::soak::inject::Injected;
+use crate::soak::replicas::RssSample;
+use crate::soak::schedule::KINDS;
 
 /// Everything one run found.
 pub struct Outcome {

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::settings::{Settings, Span};
-use crate::support::RandomTimings;
+use crate::soak::settings::{Settings, Span};
+use ruleop_testkit::RandomTimings;
 
 /// The replicas of the soak (the 3, with `--shards 12`).
 pub const REPLICAS: usize = 3;

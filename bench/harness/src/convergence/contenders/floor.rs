@@ -19,8 +19,8 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 
 use super::{Contender, Created, Runner};
-use crate::parents::DATABASE;
-use crate::phases::Ctx;
+use crate::convergence::parents::DATABASE;
+use crate::convergence::phases::Ctx;
 
 /// Placeholders for the floor's rendered objects.
 const PLACEHOLDER_NAME: &str = "bnchparentplaceholder";

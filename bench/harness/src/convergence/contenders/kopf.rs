@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use tokio::process::Command;
 
 use super::{Contender, Launch, Reconciles, Setup, free_port};
-use crate::phases::Ctx;
+use crate::convergence::phases::Ctx;
 
 /// The kopf contender.
 pub struct Kopf;
@@ -26,7 +26,7 @@ impl Contender for Kopf {
     }
 
     fn max_n(&self) -> Option<usize> {
-        Some(crate::settings::peer_max_n())
+        Some(crate::convergence::settings::peer_max_n())
     }
 
     fn prepare<'a>(&'a self, ctx: &'a Ctx<'a>) -> BoxFuture<'a, Result<()>> {

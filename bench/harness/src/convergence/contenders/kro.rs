@@ -19,8 +19,8 @@ use serde_json::Value;
 use tokio::process::Command;
 
 use super::{Contender, Launch, Reconciles, Setup, free_port};
-use crate::parents::{KRO_DATABASE, ParentKind};
-use crate::phases::Ctx;
+use crate::convergence::parents::{KRO_DATABASE, ParentKind};
+use crate::convergence::phases::Ctx;
 
 /// The pinned kro release (on the Go module proxy, no replace directives).
 pub const KRO_VERSION: &str = "v0.9.4";
@@ -67,7 +67,7 @@ impl Contender for Kro {
     }
 
     fn max_n(&self) -> Option<usize> {
-        Some(crate::settings::peer_max_n())
+        Some(crate::convergence::settings::peer_max_n())
     }
 
     fn version(&self, _ctx: &Ctx<'_>) -> Option<String> {
@@ -83,8 +83,8 @@ impl Contender for Kro {
                 home.display()
             );
             let crds = home.join("crds").display().to_string();
-            crate::plane::kubectl(ctx.plane, &["apply", "--server-side", "-f", &crds]).await?;
-            crate::plane::kubectl(
+            crate::convergence::plane::kubectl(ctx.plane, &["apply", "--server-side", "-f", &crds]).await?;
+            crate::convergence::plane::kubectl(
                 ctx.plane,
                 &["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"],
             )
@@ -95,7 +95,7 @@ impl Contender for Kro {
                 .join("bench/kro/database-rgd.yaml")
                 .display()
                 .to_string();
-            crate::plane::kubectl(ctx.plane, &["apply", "-f", &rgd]).await?;
+            crate::convergence::plane::kubectl(ctx.plane, &["apply", "-f", &rgd]).await?;
             Ok(())
         })
     }

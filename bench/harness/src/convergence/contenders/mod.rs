@@ -18,8 +18,8 @@ use serde_json::Value;
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-use crate::parents::{DATABASE, ParentKind};
-use crate::phases::Ctx;
+use crate::convergence::parents::{DATABASE, ParentKind};
+use crate::convergence::phases::Ctx;
 
 /// Every contender, in the order of the report's columns.
 pub static ALL: [&dyn Contender; 6] = [

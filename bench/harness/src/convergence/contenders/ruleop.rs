@@ -5,7 +5,7 @@ use anyhow::Result;
 use tokio::process::Command;
 
 use super::{Contender, Extras, Launch, Reconciles, Setup, free_port};
-use crate::phases::Ctx;
+use crate::convergence::phases::Ctx;
 
 /// `ruleop run` over one rules directory.
 pub struct Ruleop {

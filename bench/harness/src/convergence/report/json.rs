@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 
 use super::{Report, bytes_per_object, cpu_per_1000};
-use crate::process::WindowCpu;
-use crate::writes::{Counts, conflicts, total};
+use crate::convergence::process::WindowCpu;
+use crate::convergence::writes::{Counts, conflicts, total};
 
 fn counts(c: &Counts) -> Value {
     c.iter()

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use tokio::process::Command;
 
-use crate::phases::Ctx;
-use crate::settings::Settings;
+use crate::convergence::phases::Ctx;
+use crate::convergence::settings::Settings;
 
 /// Where and with what the run was taken.
 pub struct MachineInfo {

@@ -8,10 +8,10 @@ pub mod svg;
 use std::fmt::Write;
 use std::time::Duration;
 
-use crate::phases::{RunResult, Startup};
-use crate::process::WindowCpu;
-use crate::settings::Settings;
-use crate::writes::{conflicts, counts_text, total};
+use crate::convergence::phases::{RunResult, Startup};
+use crate::convergence::process::WindowCpu;
+use crate::convergence::settings::Settings;
+use crate::convergence::writes::{conflicts, counts_text, total};
 use machine::MachineInfo;
 
 /// The ratios shown beside the values: (numerator, denominator) contender names.
@@ -354,8 +354,8 @@ impl Report<'_> {
                 "| (5) staged rollout writes (unstaged reload of the same edit) {} |",
                 cells(&format!(
                     "{} ({})",
-                    crate::writes::total(&rollout.staged),
-                    crate::writes::total(&rollout.unstaged)
+                    crate::convergence::writes::total(&rollout.staged),
+                    crate::convergence::writes::total(&rollout.unstaged)
                 ))
             );
             let mb = |kb: Option<u64>| kb.map_or("-".to_owned(), |kb| format!("{:.1}", kb as f64 / 1024.0));

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::json::thin;
-use crate::phases::RunResult;
+use crate::convergence::phases::RunResult;
 
 const WIDTH: f64 = 1000.0;
 const HEIGHT: f64 = 500.0;
