@@ -4,10 +4,10 @@
 //! or uses the one `KUBECONFIG` names):
 //!
 //! ```sh
-//! MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 MEMORY_N=1000 cargo bench --bench memory
+//! MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 MEMORY_N=1000 bench/tool.sh memory
 //! ```
 //!
-//! (`cargo bench` runs the release binary it builds; `RULEOP_BIN` names another)
+//! (bench/tool.sh builds the release binary it runs; `RULEOP_BIN` names another)
 //!
 //! (the two allocator settings are deploy/deployment.yaml's; the operator inherits them)
 

@@ -1,6 +1,6 @@
 //! Reading numbers: a counter summed from a `/metrics` text, a percentile of measurements.
-//! Shared by the integration tests and `benches/convergence` (which includes this file), so
-//! each is defined once.
+//! Shared by the integration tests and the measurement tool (bench/harness), so each is defined
+//! once.
 
 use std::collections::HashMap;
 

@@ -1,5 +1,5 @@
 //! What the API server served for an operator's writes: its write counters read at one moment,
-//! and the writes since then that were ruleop's (tests/it/exclusive/writes.rs, benches/writes.rs).
+//! and the writes since then that were ruleop's (tests/it/exclusive/writes.rs, `ruleop-bench writes`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

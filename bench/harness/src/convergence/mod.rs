@@ -2,7 +2,7 @@
 //! bare writes, no watching or planning), a kopf peer and a kro peer.
 //!
 //! Run it with `make bench` (builds and installs everything first, see bench/run.sh) or
-//! `cargo bench --bench convergence`. It starts its own control plane (state in
+//! `bench/tool.sh convergence`. It starts its own control plane (state in
 //! target/control-plane-bench), stops everything it started on exit or failure, and writes
 //! Markdown, JSON and an SVG per N under bench/results/. What each number means: bench/README.md.
 //!
