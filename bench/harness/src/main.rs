@@ -14,7 +14,7 @@ mod writes;
 use std::process::ExitCode;
 
 /// Each measurement: its name on the command line, its `make` target and what it reports.
-const MEASUREMENTS: [(&str, &str, &str); 6] = [
+const MEASUREMENTS: [(&str, &str, &str); 7] = [
     (
         "convergence",
         "make bench",
@@ -45,6 +45,11 @@ const MEASUREMENTS: [(&str, &str, &str); 6] = [
         "make measure-console",
         "the web console's page times at CONSOLE_N parents",
     ),
+    (
+        "figures",
+        "",
+        "bench/README.md's table of the latest figures, from the newest files in bench/results",
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -56,6 +61,13 @@ fn main() -> ExitCode {
         "writes" => finished(writes::main),
         "unsharded" => finished(unsharded::main),
         "console" => finished(console::main),
+        "figures" => match write_figures() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ruleop-bench figures: {e}");
+                ExitCode::FAILURE
+            }
+        },
         _ => {
             eprintln!("usage: ruleop-bench <measurement> (settings from the environment; bench/README.md)\n");
             for (name, target, does) in MEASUREMENTS {
@@ -75,4 +87,18 @@ fn main() -> ExitCode {
 fn finished(measurement: fn()) -> ExitCode {
     measurement();
     ExitCode::SUCCESS
+}
+
+/// Rewrites the table of the latest figures in bench/README.md from bench/results
+/// (`ruleop_testkit::figures`); the convergence and soak runs call it when they wrote there.
+pub(crate) fn write_figures() -> Result<(), String> {
+    let (readme, results) = ruleop_testkit::figures::readme_and_results();
+    let text = std::fs::read_to_string(&readme).map_err(|e| format!("{}: {e}", readme.display()))?;
+    let fresh = ruleop_testkit::figures::spliced(&text, &results)
+        .ok_or_else(|| format!("{}: no figures markers", readme.display()))?;
+    if fresh != text {
+        std::fs::write(&readme, fresh).map_err(|e| format!("{}: {e}", readme.display()))?;
+        eprintln!("wrote the latest figures into {}", readme.display());
+    }
+    Ok(())
 }

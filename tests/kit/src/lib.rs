@@ -11,6 +11,7 @@ pub mod console;
 pub mod custom;
 pub mod etcd;
 pub mod exposition;
+pub mod figures;
 pub mod fleet;
 pub mod helm;
 mod inputs;

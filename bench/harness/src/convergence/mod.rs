@@ -218,6 +218,9 @@ fn write_report(settings: &Settings, report: &Report<'_>) -> Result<()> {
         report.markdown(&|n| format!("latest-N{n}.svg")),
     )?;
     splice_large_runs(out)?;
+    if ruleop_testkit::figures::is_results_dir(out) {
+        crate::write_figures().map_err(|e| anyhow!(e))?;
+    }
     eprintln!("wrote {}", out.join(format!("{base}.md")).display());
     println!("{stamped}");
     Ok(())

@@ -257,6 +257,9 @@ pub(crate) fn main() {
     std::fs::write(base.with_extension("md"), &md).expect("write the report");
     std::fs::write(base.with_extension("svg"), report::svg(&outcome)).expect("write the picture");
     println!("soak: wrote {}.{{md,svg}}", base.display());
+    if ruleop_testkit::figures::is_results_dir(&settings.out) {
+        crate::write_figures().expect("the latest figures in bench/README.md");
+    }
     drop(fleet);
 }
 
