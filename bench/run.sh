@@ -43,7 +43,7 @@ trap 'exit 130' INT TERM
 # The tool runs the ruleop binary bench/tool.sh builds beside it (release profile,
 # target/release/ruleop). The tool's manifest switches on the features `cargo bench` adds
 # (bench/harness/Cargo.toml), so the render benchmark's build shares most of its artifacts.
-echo "== building ruleop, the measurement tool and the render benchmark (release) and the control plane" >&2
+echo "== building ruleop, the measurement tool and the render benchmark (${BENCH_PROFILE:-release}) and the control plane" >&2
 bench/tool.sh --build
 [[ "${BENCH_SKIP_PLAN:-}" == 1 ]] || cargo bench --locked --quiet --no-run --bench plan
 
