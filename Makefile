@@ -1,5 +1,5 @@
 # ruleop: the demo, the tests and the benchmarks. See README.md.
-.PHONY: demo test unit bench soak measure-memory measure-writes measure-unsharded measure-console check schema reference control-plane deploy-config rbac image fuzz kubectl-plugin helm chromium
+.PHONY: demo test unit bench soak measure-memory measure-writes measure-unsharded measure-console check generate control-plane image fuzz kubectl-plugin helm chromium
 
 demo:            ## start the local control plane, run ruleop, show a Database reconciled
 	scripts/demo.sh
@@ -16,12 +16,8 @@ measure-console: ## the web console's page times at CONSOLE_N (default 1000) par
 check:           ## validate the shipped rules
 	cargo run --quiet -- check --rules rules --templates templates
 
-schema:          ## regenerate schema/rule.schema.json
-	cargo run --quiet -- schema > schema/rule.schema.json
-
-reference:       ## regenerate docs/reference/cli.md (from clap) and docs/reference/metrics.md (from the metrics registry)
-	cargo run --quiet -- reference cli > docs/reference/cli.md
-	cargo run --quiet -- reference metrics > docs/reference/metrics.md
+generate:        ## every generated file, in order: schemas, CLI and metrics references, the chart's ClusterRole, the kustomize install rendered from the chart (scripts/generate.sh lists them)
+	scripts/generate.sh
 
 bench:           ## convergence benchmark: ruleop vs a floor, kopf and kro (BENCH_N=100,1000; BENCH_N=10000 for the large run); see bench/README.md
 	bench/run.sh
@@ -41,18 +37,11 @@ measure-unsharded: ## one replica, no shards, over tests/it/exclusive/sharding.r
 control-plane:   ## build the control plane binary only
 	tests/apiserver/ctl.sh build
 
-deploy-config:   ## generate deploy/config (ConfigMaps, volumes) from rules/ and templates/ (then: kubectl apply -k deploy/), and the Helm chart's crds/ and files/
-	scripts/sync-deploy-config.sh
-	scripts/sync-helm-chart.sh
-
 chromium:        ## install Debian's chromium if missing (tests/it/ops/console.rs loads the console in it, headless)
 	scripts/chromium.sh
 
-helm:            ## build the pinned Helm from the Go module proxy into target/tools/ (tests/it/deploy/helm.rs uses it)
+helm:            ## build the pinned Helm from the Go module proxy into target/tools/ (make generate and tests/it/deploy/helm.rs use it)
 	scripts/helm.sh --path
-
-rbac:            ## regenerate deploy/rbac/clusterrole.yaml from the rules
-	cargo run --quiet -- rbac > deploy/rbac/clusterrole.yaml
 
 image:           ## container image without a daemon: static binary -> target/ruleop-image.tar (OCI archive)
 	scripts/image.sh

@@ -6,7 +6,7 @@
 # cgroup v1, no other node running):
 #
 #   node   the control plane with a node (tests/node): `make image`, ruleop installed with
-#          `kubectl apply -k` of deploy/ (the test overlay) and running as a Pod, the Database's
+#          `kubectl apply -k` of the repository (the test overlay) and running as a Pod, the Database's
 #          StatefulSet running real Postgres pods until the Database is Ready, backup and restore
 #          Jobs that really run pg_dump and pg_restore
 #   light  the control plane only: ruleop runs here as a process with rules/; the StatefulSet and
@@ -69,7 +69,7 @@ say "checking the rules"
 show target/debug/ruleop check --rules rules --templates templates
 
 if [[ "$mode" == node ]]; then
-  say "installing ruleop as docs/operations/deploy.md says: kubectl apply -k (deploy/ through tests/node/overlay)"
+  say "installing ruleop as docs/operations/deploy.md says: kubectl apply -k (the repository through tests/node/overlay)"
   tests/node/overlay.sh target/demo-deploy
   show kubectl apply -k target/demo-deploy
   show kubectl -n ruleop-system rollout status deployment/ruleop --timeout=180s

@@ -87,7 +87,8 @@ ref="127.0.0.1:$port/ruleop:$tag"
 "$crane" pull --format=oci "$ref" "$out/oci" 2>>"$out/registry.log"
 
 # Name the image in the index as OCI tools (ref.name: the tag) and containerd (full name) read
-# it: once by the exact tag, once by the version, which deploy/kustomization.yaml refers to.
+# it: once by the exact tag, once by the version, which the chart (and the install rendered from
+# it, deploy/base) refers to.
 jq --arg tag "$tag" --arg version "$version" '
     .manifests[0] as $m
     | .manifests = [$tag, $version] | .manifests |= map(. as $t | $m | .annotations = {

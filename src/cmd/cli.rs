@@ -76,7 +76,7 @@ Metrics to watch (at --admin-addr /metrics; `controller` and `rule` are the rule
   ruleop_api_writes_total{verb,kind}                     write load; non-zero at rest means a fight
   ruleop_actions_total{rule,action,result}               action runs and failures
   ruleop_shards_held, ruleop_shard_leader{shard}         with --shards: the sum of shards_held should be N
-Alerts and a Grafana dashboard: deploy/observability (a kustomize component).";
+Alerts and a Grafana dashboard: deploy/observability (kustomize) or the chart's observability.enabled.";
 
 // No `///` here or on the flattened fields: clap would make them help text.
 #[allow(missing_docs)]
@@ -131,7 +131,7 @@ pub enum Command {
         #[command(flatten)]
         sources: Sources,
     },
-    /// Print the minimal ClusterRole the rules need (committed as deploy/rbac/clusterrole.yaml).
+    /// Print the minimal ClusterRole the rules need (committed as deploy/helm/ruleop/files/clusterrole.yaml).
     Rbac {
         #[command(flatten)]
         sources: Sources,
@@ -231,7 +231,7 @@ pub enum Command {
         output: TraceOutput,
     },
     /// Print a generated reference page as Markdown (committed as docs/reference/cli.md and
-    /// docs/reference/metrics.md; `make reference`).
+    /// docs/reference/metrics.md; `make generate`).
     /// Show what ruleop is doing, read-only: the last reload (the `ruleop-status` ConfigMap),
     /// the Leases and who holds them, and per rule its parents by Ready, the ones not Ready the
     /// longest (with reason and message) and the ones ruleop has not caught up with. Exit 0 when

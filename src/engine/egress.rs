@@ -328,26 +328,72 @@ pub(crate) fn decide(
 }
 
 /// Addresses no name entry reaches, whatever the operator configured: this host, the link
-/// (and the cloud metadata service on it), "any", broadcast and multicast.
+/// (and the cloud metadata service on it), "any", broadcast and multicast, and the special ranges
+/// of RFC 6890 and its successors that are not globally reachable or that carry an IPv4 address
+/// to a gateway or tunnel (where the IPv4 address could be one of the above).
 pub(crate) fn always_refused(addr: IpAddr) -> bool {
     match addr.to_canonical() {
         IpAddr::V4(v4) => v4_refused(v4),
         IpAddr::V6(v6) => {
-            let segments = v6.segments();
-            // NAT64 (64:ff9b::/96) carries an IPv4 address the gateway connects to.
-            let nat64 = segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
-                || (segments[0] & 0xffc0) == 0xfe80
                 || v6 == Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254)
-                || (nat64 && v4_refused(Ipv4Addr::from_bits(v6.to_bits() as u32)))
+                || V6_REFUSED.iter().any(|(bits, prefix)| in_v6_range(v6, *bits, *prefix))
         }
     }
 }
 
+/// IPv6 ranges refused whatever they carry, as (network, prefix length).
+const V6_REFUSED: &[(u128, u8)] = &[
+    // IPv4-compatible addresses (deprecated; `::127.0.0.1` reaches 127.0.0.1 on some stacks).
+    (0, 96),
+    // NAT64, well-known and local-use prefixes: the gateway connects to the IPv4 address inside.
+    (0x0064_ff9b << 96, 96),
+    (0x0064_ff9b_0001 << 80, 48),
+    // Discard-only.
+    (0x0100 << 112, 64),
+    // Teredo (tunnels to an IPv4 address), benchmarking, ORCHID, documentation.
+    (0x2001_0000 << 96, 32),
+    (0x2001_0002_0000 << 80, 48),
+    (0x2001_0010 << 96, 28),
+    (0x2001_0db8 << 96, 32),
+    (0x3fff << 112, 20),
+    // 6to4 (tunnels to the IPv4 address in bits 16-48).
+    (0x2002 << 112, 16),
+    // Link-local and the deprecated site-local.
+    (0xfe80 << 112, 10),
+    (0xfec0 << 112, 10),
+];
+
+fn in_v6_range(addr: Ipv6Addr, network: u128, prefix: u8) -> bool {
+    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+    addr.to_bits() & mask == network & mask
+}
+
+/// IPv4 addresses refused whatever the operator configured: this host, the link, "this network",
+/// broadcast, multicast, and ranges that are never a public host (the IETF protocol block, the
+/// 6to4 relay, benchmarking, documentation, reserved).
 fn v4_refused(v4: Ipv4Addr) -> bool {
-    v4.is_loopback() || v4.is_link_local() || v4.octets()[0] == 0 || v4.is_broadcast() || v4.is_multicast()
+    const SPECIAL: &[(u32, u8)] = &[
+        (0xc000_0000, 24), // 192.0.0.0/24
+        (0xc000_0200, 24), // 192.0.2.0/24
+        (0xc058_6300, 24), // 192.88.99.0/24
+        (0xc612_0000, 15), // 198.18.0.0/15
+        (0xc633_6400, 24), // 198.51.100.0/24
+        (0xcb00_7100, 24), // 203.0.113.0/24
+        (0xf000_0000, 4),  // 240.0.0.0/4
+    ];
+    let bits = v4.to_bits();
+    v4.is_loopback()
+        || v4.is_link_local()
+        || v4.octets()[0] == 0
+        || v4.is_broadcast()
+        || v4.is_multicast()
+        || SPECIAL.iter().any(|(network, prefix)| {
+            let mask = u32::MAX.checked_shl(32 - u32::from(*prefix)).unwrap_or(0);
+            bits & mask == network & mask
+        })
 }
 
 /// Parses a `--egress-deny-cidr` value: a CIDR (`10.96.0.0/12`) or a single address.
@@ -511,6 +557,22 @@ mod tests {
             "::ffff:169.254.169.254",
             "64:ff9b::7f00:1",
             "224.0.0.1",
+            // Ranges that map or tunnel to IPv4, or are not globally reachable (issue 48, item 11).
+            "::127.0.0.1",
+            "::a00:1",
+            "64:ff9b::808:808",
+            "64:ff9b:1::7f00:1",
+            "64:ff9b:1:ffff::1",
+            "fec0::1",
+            "feff::1",
+            "2002:7f00:1::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:db8::1",
+            "100::1",
+            "3fff::1",
+            "192.0.2.1",
+            "198.18.0.1",
+            "240.0.0.1",
             "255.255.255.255",
         ] {
             let result = decide("https://hooks.example.com/", &list, &[ip(addr)], &[]);
@@ -518,6 +580,26 @@ mod tests {
                 matches!(result, Err(Denied::RefusedAddress { .. })),
                 "{addr} should be refused: {result:?}"
             );
+        }
+    }
+
+    #[test]
+    fn public_addresses_next_to_the_refused_ranges_are_reached() {
+        let list = allowed(&["hooks.example.com"]);
+        for addr in [
+            "8.8.8.8",
+            "2606:4700::1111",
+            "2001:4860:4860::8888",
+            "2003::1",
+            "fe00::1",
+            "1::1",
+            "192.0.3.1",
+            "198.20.0.1",
+            "223.255.255.254",
+            "::1:0:0:1",
+        ] {
+            let result = decide("https://hooks.example.com/", &list, &[ip(addr)], &[]);
+            assert!(result.is_ok(), "{addr} should be reached: {result:?}");
         }
     }
 

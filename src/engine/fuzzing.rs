@@ -303,7 +303,7 @@ fn shipped_templates() -> &'static Vec<SourceFile> {
     static TEMPLATES: OnceLock<Vec<SourceFile>> = OnceLock::new();
     TEMPLATES.get_or_init(|| {
         let mut problems = Vec::new();
-        crate::engine::rules::load::read_tree(&root().join("templates"), |_| true, &mut problems)
+        crate::engine::base::files::read_tree(&root().join("templates"), |_| true, &mut problems)
     })
 }
 

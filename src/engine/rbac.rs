@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use crate::engine::plan::builtin;
+use crate::engine::base::builtin_kinds;
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::model::HeaderValue;
 
@@ -31,7 +31,7 @@ pub(crate) fn cluster_role(set: &RuleSet, crds: &BTreeMap<(String, String), Stri
     let mut verbs: BTreeMap<(String, String), BTreeSet<&str>> = BTreeMap::new();
     let mut grant = |api_version: &str, kind: &str, suffix: &str, add: &[&'static str]| -> Result<(), String> {
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g).to_owned();
-        let plural = builtin::plural(api_version, kind)
+        let plural = builtin_kinds::plural(api_version, kind)
             .map(str::to_owned)
             .or_else(|| crds.get(&(group.clone(), kind.to_owned())).cloned())
             .ok_or_else(|| format!("no plural known for {api_version} {kind}: pass its CRD with --crds"))?;

@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::engine::rules::load::{hex, read_tree};
+use crate::engine::base::digest::hex;
+use crate::engine::base::files::read_tree;
 
 /// A fingerprint of every rule and template file (name and content, read through symlinks).
 pub(crate) fn fingerprint(rules: &Path, templates: &Path) -> String {

@@ -10,10 +10,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::engine::rollout::policy::Rollout;
 use crate::engine::rollout::select::{Phase, Revisions, RolloutState};
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::model::OnFailure;
+use crate::engine::rules::rollout_policy::Rollout;
 
 /// The staged rollouts under way, by rule, and where a halt is announced.
 pub(crate) struct Rollouts {
@@ -591,7 +591,7 @@ mod tests {
             "r",
             "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  watch: {apiVersion: example.com/v1, kind: R}\n",
         );
-        let rollout = crate::engine::rollout::policy::ten_then_all(max_failures, on_failure);
+        let rollout = crate::engine::rules::rollout_policy::ten_then_all(max_failures, on_failure);
         let staging = Staging::new(Arc::new(set), rollout, 1, 2);
         staging.publish();
         staging
@@ -650,7 +650,7 @@ mod tests {
             "r",
             "apiVersion: ruleop.io/v1alpha1\nkind: Rule\nmetadata: {name: r}\nspec:\n  watch: {apiVersion: example.com/v1, kind: R}\n",
         );
-        let rollout = crate::engine::rollout::policy::ten_then_all(0, OnFailure::Halt);
+        let rollout = crate::engine::rules::rollout_policy::ten_then_all(0, OnFailure::Halt);
         let staging = Staging::new(Arc::new(set), rollout, 1, 2);
         let uids = twenty_uids();
         let uids: Vec<&str> = uids.iter().map(String::as_str).collect();

@@ -286,7 +286,7 @@ impl Reloader {
         let policy = in_force
             .rollout
             .clone()
-            .unwrap_or_else(crate::engine::rollout::policy::Rollout::all_at_once);
+            .unwrap_or_else(crate::engine::rules::rollout_policy::Rollout::all_at_once);
         let recorded = rollout::Recorded {
             state: next,
             started_at: jiff::Timestamp::now(),

@@ -17,11 +17,11 @@ use kube::runtime::watcher;
 use tracing::{info, warn};
 
 use crate::cache::discovery::Kinds;
-use crate::engine::rollout::policy::Rollout;
 use crate::engine::rollout::record::Record;
 use crate::engine::rollout::select::Phase;
 use crate::engine::rules::RuleSet;
 use crate::engine::rules::load::{SourceFile, load_sources};
+use crate::engine::rules::rollout_policy::Rollout;
 use crate::runtime::config_map_feed::ConfigMapFeed;
 use crate::runtime::revisions::RevisionStore;
 use crate::runtime::rollout::{ParentNow, Recorded, Rollouts, Staging, record_of, recorded};

@@ -475,7 +475,7 @@ fn check_against(
     live: &crate::cache::crds::LiveSchemas,
     templates: &std::path::Path,
 ) -> Result<(), crate::engine::diagnostic::Diagnostics> {
-    let report = crate::engine::schema::rule_check::check(set, &live.catalog, templates);
+    let report = crate::engine::schema_check::rule_check::check(set, &live.catalog, templates);
     for warning in &report.warnings {
         warn!(%warning, "a rule is not checked against a schema");
     }

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# Writes OUT/kustomization.yaml: deploy/ as the test cluster's node runs it (tests/node/overlay),
-# with the image's exact tag (target/ruleop-image.tag, from `make image`) and KUBERNETES_SERVICE_PORT
-# the port of the API server in $KUBECONFIG. deploy/ and the overlay are copied under OUT with
-# their repository paths, so the copies can be edited (a rule or template change) and applied
-# again without touching the repository (the shipped rules and templates run unchanged):
+# Writes OUT/kustomization.yaml: the install (`kubectl apply -k .` of the repository) as the
+# test cluster's node (tests/node) runs it: one replica on the host network, reaching the API
+# server at 127.0.0.1 with its in-cluster config (its ServiceAccount's projected token). There is
+# no kube-proxy and no cluster DNS here, so the Service address the kubelet would set is not
+# used. The patches are the component tests/node/overlay/patches, which the Helm install on the
+# node takes too; this script adds the image's exact tag (target/ruleop-image.tag, from `make
+# image`) and KUBERNETES_SERVICE_PORT, the port of the API server in $KUBECONFIG (it changes
+# with every control plane). What the install reads (the root kustomization.yaml, rules/,
+# templates/, deploy/crds, deploy/base) is copied to OUT/repo with its repository paths, so the
+# copies can be edited (a rule or template change) and applied again without touching the
+# repository (the shipped rules and templates run unchanged). (A kustomization inside the
+# repository cannot take the repository's root as a resource: kustomize calls that a cycle.)
 #
 #   tests/node/overlay.sh OUT && kubectl apply -k OUT
-#   (edit OUT/deploy/config/templates/... ) && kubectl apply -k OUT
+#   (edit OUT/repo/templates/... ) && kubectl apply -k OUT
 #
 # With --post-render it is a Helm post-renderer: the chart's rendered objects on stdin get the
-# same patches (tests/node/overlay/patches), tag and port, and are written to stdout:
+# same patches, tag and port, and are written to stdout:
 #
 #   helm install ruleop deploy/helm/ruleop -n ruleop-system --create-namespace \
 #     --post-renderer tests/node/overlay.sh --post-renderer-args --post-render
@@ -31,15 +38,13 @@ if [ "${1:-}" = --post-render ]; then
     resource=rendered.yaml
 else
     out="${1:?$usage}"
-    mkdir -p "$out"
-    rm -rf "$out/deploy"
-    cp -a "$root/deploy" "$out/deploy"
-    # tests/node/overlay takes the patches itself.
-    resource=tests/node/overlay
+    rm -rf "$out/repo" "$out/patches"
+    mkdir -p "$out/repo/deploy"
+    cp -a "$root/kustomization.yaml" "$root/rules" "$root/templates" "$out/repo/"
+    cp -a "$root/deploy/crds" "$root/deploy/base" "$out/repo/deploy/"
+    resource=repo
 fi
-mkdir -p "$out/tests/node"
-rm -rf "$out/tests/node/overlay"
-cp -a "$here/overlay" "$out/tests/node/overlay"
+cp -a "$here/overlay/patches" "$out/patches"
 cat >"$out/kustomization.yaml" <<EOT
 # Written by tests/node/overlay.sh for the control plane at $server.
 apiVersion: kustomize.config.k8s.io/v1beta1
@@ -55,8 +60,9 @@ patches:
       - op: add
         path: /spec/template/spec/containers/0/env/-
         value: {name: KUBERNETES_SERVICE_PORT, value: "$port"}
+components:
+  - patches
 EOT
 if [ "${1:-}" = --post-render ]; then
-    printf 'components:\n  - tests/node/overlay/patches\n' >>"$out/kustomization.yaml"
     kubectl kustomize "$out"
 fi

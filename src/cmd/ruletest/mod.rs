@@ -126,7 +126,7 @@ fn discover(paths: &[PathBuf], default_dir: &Path) -> Result<Vec<PathBuf>, Comma
             .map_err(|e| CommandError(format!("{}: error: cannot read: {e}", path.display())))?;
         if meta.is_dir() {
             let mut problems = Vec::new();
-            let found = crate::engine::rules::load::read_tree(path, is_yaml, &mut problems);
+            let found = crate::engine::base::files::read_tree(path, is_yaml, &mut problems);
             if let Some(problem) = problems.first() {
                 return Err(CommandError(problem.to_string()));
             }

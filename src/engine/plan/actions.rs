@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::PlanError;
-use super::children::{Declared, Placement, render_object};
+use super::children::{Declared, render_object};
 use super::context::{self, LABEL_ACTION, ParentRef};
-use super::schedule::{Schedule, Slot};
+use super::scope::Placement;
+use crate::engine::base::digest::sha256_hex_prefix;
+use crate::engine::base::schedule::{Schedule, Slot};
 use crate::engine::rules::Rule;
-use crate::engine::rules::load::hex;
 use crate::engine::rules::model::{ActionSpec, ActionTrigger, HeaderValue, SecretKeyRef};
 use crate::engine::template::{self, Renderer};
 
@@ -268,8 +268,10 @@ pub const KEY_LEN: usize = 16;
 
 /// The idempotency key of a run: stable for (parent UID, action id, guard value).
 pub fn idempotency_key(parent_uid: &str, action_id: &str, guard_value: &str) -> String {
-    let digest = Sha256::digest(format!("{parent_uid}/{action_id}/{guard_value}").as_bytes());
-    hex(&digest[..KEY_LEN / 2])
+    sha256_hex_prefix(
+        format!("{parent_uid}/{action_id}/{guard_value}").as_bytes(),
+        KEY_LEN / 2,
+    )
 }
 
 /// Whether `key` has the form of an [`idempotency_key`].
@@ -445,7 +447,7 @@ fn decide_guarded(
         let label = rule.inline_template(&format!("actions.{id}.when"));
         let holds = renderer
             .eval_bool(&label, &when.value, base_context)
-            .map_err(|e| super::status_eval::relocate(rule, when, e))?;
+            .map_err(|e| super::relocate::relocate(rule, when, e))?;
         if !holds {
             return Ok(skip(format!("`when` is false ({})", when.value)));
         }

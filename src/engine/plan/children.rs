@@ -1,11 +1,13 @@
 //! Desired children: render a child's template and check it is exactly the one object declared.
 
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
+use super::PlanError;
 use super::context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
-use super::{PlanError, builtin, names, scope};
-use crate::engine::rules::load::hex;
+use super::scope::{self, Placement};
+use crate::engine::base::builtin_kinds;
+use crate::engine::base::digest::sha256_hex_prefix;
+use crate::engine::base::k8s_names;
 use crate::engine::rules::model::ImmutableChangePolicy;
 use crate::engine::template::Renderer;
 use crate::engine::yaml;
@@ -17,7 +19,7 @@ pub(crate) const ANNOTATION_DESIRED_HASH: &str = "ruleop.io/desired-hash";
 
 /// The digest [`ANNOTATION_DESIRED_HASH`] holds for a rendered object.
 pub(crate) fn desired_hash(object: &Value) -> String {
-    hex(&Sha256::digest(object.to_string().as_bytes())[..8])
+    sha256_hex_prefix(object.to_string().as_bytes(), 8)
 }
 
 /// The digest a live object carries, if any.
@@ -125,19 +127,6 @@ pub(crate) struct Declared<'a> {
     pub placement: Placement,
 }
 
-/// Where a rendered object may live, which decides how the parent owns it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Placement {
-    /// In the parent's namespace only (objects created by actions).
-    ParentNamespace,
-    /// A child: in the parent's namespace (controller ownerReference), or, owned by labels,
-    /// cluster-scoped or in another namespace (which [`super::scope::guard`] then checks).
-    Child {
-        /// Whether the kind is cluster-scoped.
-        cluster_scoped: bool,
-    },
-}
-
 /// The length of `object` as compact JSON, counted without building the text.
 pub(crate) fn json_len(object: &Value) -> usize {
     /// Counts what serde_json writes.
@@ -232,9 +221,9 @@ pub(crate) fn render_object(
             );
         }
     }
-    builtin::check_types(&object).map_err(&invalid)?;
-    let is_builtin = builtin::plural(declared.api_version, declared.kind).is_some();
-    names::check_keys(&object, is_builtin).map_err(invalid)?;
+    builtin_kinds::check_types(&object).map_err(&invalid)?;
+    let is_builtin = builtin_kinds::plural(declared.api_version, declared.kind).is_some();
+    k8s_names::check_keys(&object, is_builtin).map_err(invalid)?;
     Ok(object)
 }
 
@@ -256,7 +245,7 @@ pub(crate) fn desired_child(
         template: declared.template.to_owned(),
         message: "rendered object has no metadata.name".to_owned(),
     })?;
-    names::check_name(&object).map_err(|message| PlanError::InvalidChild {
+    k8s_names::check_name(&object).map_err(|message| PlanError::InvalidChild {
         id: declared.id.to_owned(),
         template: declared.template.to_owned(),
         message,

@@ -16,6 +16,13 @@ pub(crate) const LABEL_CHILD: &str = "ruleop.io/child";
 /// Label naming the action that created an object.
 pub(crate) const LABEL_ACTION: &str = "ruleop.io/action";
 
+/// Whether an object (the parent, a child) is being deleted.
+pub(crate) fn is_deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
 /// The parent's identity, read once and checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParentRef {

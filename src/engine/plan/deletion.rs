@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::actions::{self, ANNOTATION_KEY, DELETE_GUARD_VALUE, RunRecord, Scope, phase};
 use super::children::ObjectRef;
-use super::context::{self, LABEL_ACTION, LABEL_CHILD, ParentRef};
+use super::context::{self, LABEL_ACTION, LABEL_CHILD, ParentRef, is_deleting};
 use super::{DesiredStatus, Plan, PlanError, label, lifecycle, scope};
 use crate::engine::rules::Rule;
 use crate::engine::rules::model::{ActionSpec, ActionTrigger};
@@ -63,13 +63,6 @@ pub struct Deletion {
     /// When to look again at a `waitFor` or a finalize deadline, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recheck_in_ms: Option<u64>,
-}
-
-/// Whether an object (the parent, a child) is being deleted.
-pub(crate) fn is_deleting(object: &Value) -> bool {
-    object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
 }
 
 /// Whether the parent carries our finalizer.

@@ -5,14 +5,13 @@ use std::collections::BTreeMap;
 
 use minijinja::context;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::PlanError;
 use super::context::layer;
-use super::status_eval::relocate;
+use super::relocate::relocate;
+use crate::engine::base::digest::sha256_hex_prefix;
 use crate::engine::diagnostic::SourceLocation;
 use crate::engine::rules::Rule;
-use crate::engine::rules::load::hex;
 use crate::engine::rules::model::{ChildSpec, DEFAULT_MAX_ITEMS, Located};
 use crate::engine::template::Renderer;
 
@@ -149,7 +148,7 @@ pub(crate) fn label_value(key: &str) -> String {
     if valid {
         key.to_owned()
     } else {
-        hex(&Sha256::digest(key.as_bytes())[..8])
+        sha256_hex_prefix(key.as_bytes(), 8)
     }
 }
 

@@ -8,8 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::children::{ChildUpdate, DesiredChild, ObjectRef, desired_hash, live_hash};
-use super::context::LABEL_CHILD;
-use super::deletion::is_deleting;
+use super::context::{LABEL_CHILD, is_deleting};
 use super::label;
 use super::order::Readiness;
 use crate::engine::rules::Rule;

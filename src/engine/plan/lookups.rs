@@ -107,7 +107,7 @@ pub(crate) fn keys(
         let render = |field: &str, source: &Located<String>| {
             renderer
                 .render_text(&rule.inline_template(&format!("lookups.{id}.{field}")), parent_context)
-                .map_err(|e| super::status_eval::relocate(rule, source, e))
+                .map_err(|e| super::relocate::relocate(rule, source, e))
         };
         let name = match &lookup.name {
             Some(template) => render("name", template)?.trim().to_owned(),
@@ -125,7 +125,7 @@ pub(crate) fn keys(
             api_version: lookup.api_version.clone(),
             kind: lookup.kind.clone(),
             namespace: if rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
-                || super::builtin::is_cluster_scoped(&lookup.api_version, &lookup.kind)
+                || crate::engine::base::builtin_kinds::is_cluster_scoped(&lookup.api_version, &lookup.kind)
             {
                 String::new()
             } else if namespace.is_empty() {
@@ -159,7 +159,7 @@ fn guard(
         || Some(namespace) == parent_ref.home_namespace()
         || rule.spec.allowed_namespaces.iter().any(|a| a.value == namespace)
         || rule.is_cluster_scoped(&lookup.api_version, &lookup.kind)
-        || super::builtin::is_cluster_scoped(&lookup.api_version, &lookup.kind)
+        || crate::engine::base::builtin_kinds::is_cluster_scoped(&lookup.api_version, &lookup.kind)
     {
         return Ok(());
     }

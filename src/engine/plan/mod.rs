@@ -6,21 +6,20 @@
 //! validation error yields a [`PlanError`] and no plan, so no partial child set is ever applied.
 
 pub mod actions;
-pub(crate) mod builtin;
 pub(crate) mod children;
 pub(crate) mod context;
 pub(crate) mod deletion;
 pub(crate) mod foreach;
 pub(crate) mod lifecycle;
 pub(crate) mod lookups;
-pub(crate) mod names;
+pub(crate) mod namespace_guard;
 pub(crate) mod observed;
 pub(crate) mod order;
 pub(crate) mod ownership;
 pub(crate) mod parent_metadata;
 pub(crate) mod pause;
+pub(crate) mod relocate;
 pub(crate) mod scaling;
-pub(crate) mod schedule;
 pub(crate) mod scope;
 pub(crate) mod status;
 pub(crate) mod status_eval;
@@ -34,11 +33,12 @@ use crate::engine::rules::Rule;
 use crate::engine::rules::model::ActionTrigger;
 use crate::engine::template::{self, RenderError, Renderer};
 use actions::{ActionDecision, Scope};
-use children::{Declared, DesiredChild, ObjectRef, Placement};
+use children::{Declared, DesiredChild, ObjectRef};
 use context::{LABEL_CHILD, LABEL_PARENT_UID, LABEL_RULE, ParentRef};
 use lookups::{LookupRead, LookupSource, NoLookups};
 use observed::Observed;
 use order::{Selected, Waiting};
+use scope::Placement;
 use status::{ConditionStatus, WantedCondition};
 
 /// The finalizer ruleop adds to a parent whose children are label-owned or whose rule has an
@@ -388,7 +388,7 @@ fn plan_parent(
         lookups,
         now,
     };
-    if !deletion::is_deleting(parent) {
+    if !context::is_deleting(parent) {
         return plan_children(&live, lookups_read);
     }
     let inputs = deletion::Inputs {
@@ -463,7 +463,7 @@ fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan,
             let label = rule.inline_template(&format!("children.{}.when", child.id.value));
             let holds = renderer
                 .eval_bool(&label, &when.value, base)
-                .map_err(|e| status_eval::relocate(rule, when, e))?;
+                .map_err(|e| relocate::relocate(rule, when, e))?;
             if !holds {
                 continue;
             }
@@ -542,7 +542,7 @@ fn plan_children(live: &Live<'_>, lookups_read: Vec<LookupRead>) -> Result<Plan,
             desired.push(rendered);
         }
     }
-    let (desired, held_by_namespace) = scope::guard(rule, parent_ref, desired, ours, lookups)?;
+    let (desired, held_by_namespace) = namespace_guard::guard(rule, parent_ref, desired, ours, lookups)?;
     waiting.extend(held_by_namespace);
     let wanted: BTreeSet<&ObjectRef> = desired.iter().map(|c| &c.target).collect();
     // A child waiting for its dependencies keeps what it has: never prune because of an order.

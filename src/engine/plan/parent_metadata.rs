@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::PlanError;
-use super::status_eval::relocate;
+use super::relocate::relocate;
 use crate::engine::rules::Rule;
 use crate::engine::rules::model::Located;
 use crate::engine::template::Renderer;

@@ -8,8 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::children::{ChildUpdate, DesiredChild, ObjectRef};
-use super::context::LABEL_CHILD;
-use super::deletion::is_deleting;
+use super::context::{LABEL_CHILD, is_deleting};
 use super::foreach::observed_key;
 use super::label;
 use super::lifecycle::Release;

@@ -1,25 +1,33 @@
 //! Where children may live: cluster-scoped and cross-namespace children, owned by labels, and
-//! the confused-deputy guard that keeps a parent from aiming writes at a namespace it does not own.
+//! the namespaces a rule allows (the guard that holds a plan to them is `namespace_guard.rs`).
 //!
 //! A child outside its parent's namespace cannot carry an ownerReference to a namespaced parent
 //! (the garbage collector would treat it as dangling), so it is owned by labels (`ruleop.io/rule`,
 //! `ruleop.io/parent-uid`) plus the `ruleop.io/parent` annotation that maps its watch events
 //! back to the parent, and deleted through the parent's finalizer.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use serde_json::{Map, Value, json};
 
-use super::PlanError;
-use super::children::{DesiredChild, ObjectRef, Placement};
 use super::context::ParentRef;
 use super::lookups::{LookupKey, LookupSource};
-use super::order::Waiting;
 use crate::engine::rules::Rule;
 
 /// Annotation on label-owned children: `<namespace>/<name>` of the parent, so a watch event on
 /// the child (which has no ownerReference) re-reconciles the right parent.
 pub(crate) const ANNOTATION_PARENT: &str = "ruleop.io/parent";
+
+/// Where a rendered object may live, which decides how the parent owns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// In the parent's namespace only (objects created by actions).
+    ParentNamespace,
+    /// A child: in the parent's namespace (controller ownerReference), or, owned by labels,
+    /// cluster-scoped or in another namespace (which the guard in `namespace_guard.rs` then checks).
+    Child {
+        /// Whether the kind is cluster-scoped.
+        cluster_scoped: bool,
+    },
+}
 
 /// How the parent owns a rendered object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,82 +107,6 @@ pub(crate) fn namespace_allowed(rule: &Rule, namespace: &str, lookups: &dyn Look
     lookups
         .get(&key)
         .is_some_and(|object| super::lookups::has_labels(&object, selector))
-}
-
-/// The allowed namespaces, for an error message.
-pub(crate) fn allowed_description(rule: &Rule) -> String {
-    let mut allowed: Vec<String> = rule.spec.allowed_namespaces.iter().map(|a| a.value.clone()).collect();
-    if !rule.spec.allowed_namespace_selector.is_empty() {
-        let labels: Vec<String> = rule
-            .spec
-            .allowed_namespace_selector
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        allowed.push(format!("namespaces labelled {}", labels.join(",")));
-    }
-    if allowed.is_empty() {
-        "none".to_owned()
-    } else {
-        allowed.join(", ")
-    }
-}
-
-/// The confused-deputy guard. A child's namespace must be the parent's, one the rule allows
-/// ([`namespace_allowed`]), or a Namespace this parent owns as a child: desired in this plan
-/// *and* observed as proven this parent's ([`super::ownership`]), so a parent cannot claim an
-/// existing namespace by rendering a Namespace child of that name (the apply layer refuses to
-/// take an existing object over unless the rule says `adopt: true`). Children
-/// into a desired Namespace not observed yet wait for it (like a `dependsOn`: not applied, not
-/// pruned). Anything else fails the whole plan.
-pub(crate) fn guard(
-    rule: &Rule,
-    parent: &ParentRef,
-    desired: Vec<DesiredChild>,
-    ours: &[&Value],
-    lookups: &dyn LookupSource,
-) -> Result<(Vec<DesiredChild>, Vec<Waiting>), PlanError> {
-    let is_namespace = |api_version: &str, kind: &str| api_version == "v1" && kind == "Namespace";
-    // Namespace name -> id of the child that renders it.
-    let namespaces: BTreeMap<String, String> = desired
-        .iter()
-        .filter(|c| is_namespace(&c.target.api_version, &c.target.kind))
-        .map(|c| (c.target.name.clone(), c.id.clone()))
-        .collect();
-    let observed: BTreeSet<String> = ours
-        .iter()
-        .filter_map(|o| ObjectRef::of(o))
-        .filter(|o| is_namespace(&o.api_version, &o.kind) && namespaces.contains_key(&o.name))
-        .map(|o| o.name)
-        .collect();
-    let mut applied = Vec::with_capacity(desired.len());
-    let mut waiting = Vec::new();
-    for child in desired {
-        let ns = child.target.namespace.as_str();
-        if ns.is_empty()
-            || Some(ns) == parent.home_namespace()
-            || observed.contains(ns)
-            || namespace_allowed(rule, ns, lookups)
-        {
-            applied.push(child);
-        } else if let Some(owner) = namespaces.get(ns) {
-            if !waiting.iter().any(|w: &Waiting| w.id == child.id) {
-                waiting.push(Waiting {
-                    id: child.id.clone(),
-                    on: owner.clone(),
-                    reason: format!("Namespace {ns} (a child of this parent) does not exist yet"),
-                });
-            }
-        } else {
-            return Err(PlanError::NamespaceNotAllowed {
-                id: child.id,
-                namespace: ns.to_owned(),
-                home: parent.home_description(),
-                allowed: allowed_description(rule),
-            });
-        }
-    }
-    Ok((applied, waiting))
 }
 
 #[cfg(test)]

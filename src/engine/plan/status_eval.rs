@@ -10,6 +10,7 @@
 use serde_json::{Map, Value, json};
 
 use super::observed::Observed;
+use super::relocate::located;
 use super::status::{ConditionStatus, WantedCondition};
 use crate::engine::rules::Rule;
 use crate::engine::rules::model::{ConditionSpec, FieldSource, Located};
@@ -128,29 +129,6 @@ fn evaluate_condition(
         reason,
         message: text("message", &condition.message, "")?,
     })
-}
-
-/// Where in the rule file a failed inline template or expression is: the line of its value
-/// plus the line within it, so the message points at the file people edit, not at the
-/// internal `<rule>#<field path>` template name.
-pub(crate) fn located<T>(rule: &Rule, source: &Located<T>, error: &RenderError) -> String {
-    let start = &source.referenced;
-    let within = error.line.unwrap_or(1).max(1) as u64 - 1;
-    if within == 0 && start.column() > 0 {
-        format!("{}:{}:{}", rule.file.display(), start.line(), start.column())
-    } else {
-        format!("{}:{}", rule.file.display(), start.line() + within)
-    }
-}
-
-/// A render error of an inline template or expression, relocated to the rule file's line.
-pub(crate) fn relocate<T>(rule: &Rule, source: &Located<T>, error: RenderError) -> RenderError {
-    let at = located(rule, source, &error);
-    RenderError {
-        template: Some(at),
-        line: None,
-        message: error.message,
-    }
 }
 
 /// The first value `path` (RFC 9535 JSONPath) selects in `object`, as a status field reads it;

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
+use crate::engine::base::digest::{hex, sha256_hex};
+
 /// One content of a rule's files that came into force.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Revision {
@@ -62,7 +64,7 @@ impl Revision {
 fn hashes(files: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     files
         .iter()
-        .map(|(name, content)| (name.clone(), hex(&Sha256::digest(content.as_bytes()))))
+        .map(|(name, content)| (name.clone(), sha256_hex(content.as_bytes())))
         .collect()
 }
 
@@ -75,10 +77,6 @@ fn digest(hashes: &BTreeMap<String, String>) -> String {
         hasher.update(hash.as_bytes());
     }
     hex(&hasher.finalize())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

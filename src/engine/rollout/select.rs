@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::order;
-use super::policy::Rollout;
+use crate::engine::rules::rollout_policy::Rollout;
 
 /// The annotation that pins a parent to a kept revision of its rule: `ruleop.io/revision: "3"`.
 pub const REVISION_ANNOTATION: &str = "ruleop.io/revision";
@@ -217,7 +217,7 @@ mod tests {
     use crate::engine::rules::model::OnFailure;
 
     fn rollout() -> Rollout {
-        crate::engine::rollout::policy::ten_then_all(0, OnFailure::Halt)
+        crate::engine::rules::rollout_policy::ten_then_all(0, OnFailure::Halt)
     }
 
     fn uids() -> Vec<String> {

@@ -1,8 +1,14 @@
-//! Rules: the file model, loading and validating a directory into an immutable [`RuleSet`].
+//! Rules: the file model, loading and validating a directory into an immutable [`RuleSet`]: read
+//! (`read.rs`), validate (`validate/`, one file per concern), the `dependsOn` graph (`graph.rs`),
+//! the validated `spec.rollout` (`rollout_policy.rs`), the pipeline (`load.rs`).
 
+mod graph;
 pub(crate) mod lint;
 pub mod load;
 pub(crate) mod model;
+mod read;
+pub mod rollout_policy;
+mod validate;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,7 +28,7 @@ pub struct Rule {
     /// `spec.resync`, parsed.
     pub resync: Option<Duration>,
     /// `spec.rollout`, validated: `None` means a change reaches every parent at once.
-    pub rollout: Option<crate::engine::rollout::policy::Rollout>,
+    pub rollout: Option<crate::engine::rules::rollout_policy::Rollout>,
     /// A digest of the rule document and every template it uses: equal digests mean the
     /// rule renders the same, so a reload need not re-reconcile its parents.
     pub digest: String,

@@ -51,7 +51,7 @@ impl Catalog {
                 ));
                 continue;
             }
-            let files = crate::engine::rules::load::read_tree(
+            let files = crate::engine::base::files::read_tree(
                 path,
                 |p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")),
                 &mut problems,

@@ -3,10 +3,7 @@
 //! come from.
 
 pub(crate) mod catalog;
-pub(crate) mod crd;
 pub(crate) mod defaults;
-pub(crate) mod reads;
-pub(crate) mod rule_check;
 pub(crate) mod sample;
 pub(crate) mod validate;
 

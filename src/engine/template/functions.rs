@@ -87,7 +87,7 @@ fn b64decode(text: &str) -> Result<String, Error> {
 
 /// `text | sha256`: the SHA-256 digest of the text, 64 lowercase hex digits.
 fn sha256(text: &str) -> String {
-    crate::engine::rules::load::hex(&Sha256::digest(text.as_bytes()))
+    crate::engine::base::digest::sha256_hex(text.as_bytes())
 }
 
 /// `text | fnv64a`: the 64-bit FNV-1a hash of the text, 16 lowercase hex digits (short,

@@ -1,10 +1,10 @@
-//! deploy/helm/ruleop, the Helm chart beside kustomize: `helm lint` passes, `helm template` with
-//! the default values gives the objects `kubectl kustomize deploy/` gives, its generated copies
-//! are fresh, and `helm install` on a control plane of its own creates the objects and grants
-//! what deploy/ grants. Helm is the pinned one `scripts/helm.sh` builds from the Go module proxy.
+//! deploy/helm/ruleop, the one hand-written description of the install (the kustomize install
+//! is rendered from it by `make generate`): `helm lint` passes, values change what they say, and
+//! `helm install` on a control plane of its own creates the objects and grants what the
+//! kustomize install grants. Helm is the pinned one `scripts/helm.sh` builds from the Go module
+//! proxy.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use crate::support::helm::{CHART, helm_ok};
 use crate::support::mount::files_under;
@@ -16,16 +16,6 @@ fn template(extra: &[&str]) -> BTreeMap<String, Value> {
     let mut args = vec!["template", "ruleop", CHART, "-n", "ruleop-system", "--include-crds"];
     args.extend_from_slice(extra);
     objects(&helm_ok(None, &args))
-}
-
-/// `kubectl kustomize` of a directory (offline: no cluster is asked).
-fn kustomize(dir: &std::path::Path) -> BTreeMap<String, Value> {
-    let out = Command::new("kubectl")
-        .args(["kustomize", &dir.display().to_string()])
-        .output()
-        .expect("kubectl runs");
-    assert!(out.status.success(), "kubectl kustomize: {}", text(&out.stderr));
-    objects(&text(&out.stdout))
 }
 
 /// The objects of a multi-document YAML stream by `kind namespace/name`, parsed (so quoting,
@@ -48,24 +38,6 @@ fn objects(yaml: &str) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// Asserts both sets hold the same objects, naming the first that differs.
-fn assert_same_objects(helm: &BTreeMap<String, Value>, kustomize: &BTreeMap<String, Value>) {
-    let helm_keys: Vec<&String> = helm.keys().collect();
-    let kustomize_keys: Vec<&String> = kustomize.keys().collect();
-    assert_eq!(
-        helm_keys, kustomize_keys,
-        "helm template vs kubectl kustomize: the objects"
-    );
-    for (key, object) in helm {
-        // Map equality ignores key order.
-        assert!(
-            *object == kustomize[key],
-            "helm template vs kubectl kustomize: {key}\nhelm: {object:#}\nkustomize: {:#}",
-            kustomize[key]
-        );
-    }
-}
-
 #[test]
 fn helm_lint_passes() {
     let out = helm_ok(None, &["lint", "--strict", CHART]);
@@ -73,27 +45,31 @@ fn helm_lint_passes() {
 }
 
 #[test]
-fn helm_template_with_default_values_gives_the_objects_of_kubectl_kustomize_deploy() {
-    let mut kustomized = kustomize(&root().join("deploy"));
-    // The one intended difference: Helm installs into a namespace it is given (`helm install -n
-    // ruleop-system --create-namespace`) and renders none.
-    assert!(kustomized.remove("Namespace /ruleop-system").is_some());
-    assert_same_objects(&template(&[]), &kustomized);
-}
-
-#[test]
-fn the_observability_value_adds_what_the_kustomize_component_adds() {
-    // kustomize takes only relative paths to other roots: an overlay two levels below the root.
-    let overlay = tempfile::tempdir_in(root().join("target")).expect("tempdir");
-    std::fs::write(
-        overlay.path().join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../deploy]\ncomponents: [../../deploy/observability]\n",
-    )
-    .expect("write kustomization");
-    let mut kustomized = kustomize(overlay.path());
-    assert!(kustomized.contains_key("PrometheusRule ruleop-system/ruleop"));
-    assert!(kustomized.remove("Namespace /ruleop-system").is_some());
-    assert_same_objects(&template(&["--set", "observability.enabled=true"]), &kustomized);
+fn the_default_values_install_rules_templates_and_crds_through_the_charts_symlinks() {
+    let objects = template(&[]);
+    for (configmap, dir) in [
+        ("ruleop-rules", "rules"),
+        ("ruleop-templates-cache", "templates/cache"),
+        ("ruleop-templates-database", "templates/database"),
+        ("ruleop-templates-tenant", "templates/tenant"),
+    ] {
+        let data = &objects[&format!("ConfigMap ruleop-system/{configmap}")]["data"];
+        let files = files_under(&root().join(dir));
+        assert_eq!(
+            data.as_object().map(|data| data.len()),
+            Some(files.len()),
+            "{configmap}: {data}"
+        );
+        for (file, text) in files {
+            assert_eq!(data[&file], Value::from(text), "{configmap}: {file} is {dir}/{file}");
+        }
+    }
+    for crd in ["caches.myorg.io", "databases.myorg.io", "tenants.myorg.io"] {
+        assert!(
+            objects.contains_key(&format!("CustomResourceDefinition /{crd}")),
+            "{crd}"
+        );
+    }
 }
 
 #[test]
@@ -168,25 +144,8 @@ fn inline_rules_in_values_become_the_mounted_configmaps() {
 }
 
 #[test]
-fn the_charts_generated_copies_are_fresh() {
-    let generated = tempfile::tempdir().expect("tempdir");
-    let status = Command::new(root().join("scripts/sync-helm-chart.sh"))
-        .arg(generated.path())
-        .status()
-        .expect("sync-helm-chart.sh runs");
-    assert!(status.success(), "scripts/sync-helm-chart.sh failed");
-    for dir in ["crds", "files"] {
-        let mut fresh = files_under(&generated.path().join(dir));
-        let mut committed = files_under(&root().join(CHART).join(dir));
-        fresh.sort();
-        committed.sort();
-        assert_eq!(committed, fresh, "stale {CHART}/{dir}: run `make deploy-config`");
-    }
-}
-
-#[test]
 fn helm_install_creates_the_objects_and_helm_upgrade_rolls_a_changed_rule() {
-    // A control plane of its own: deploy.rs's `kubectl apply -k deploy/` owns the same
+    // A control plane of its own: kustomize.rs's `kubectl apply -k .` owns the same
     // cluster-scoped names on the shared one, and Helm refuses to adopt them.
     let plane = restartable_control_plane();
     helm_ok(

@@ -1,6 +1,8 @@
-//! deploy/ installs the operator: `kubectl apply -k deploy/` succeeds on the real control
-//! plane, the ClusterRole grants what the rules need and nothing beyond, and the mounted
-//! ConfigMaps project into directories `ruleop check` accepts.
+//! The kustomize install: `kubectl apply -k .` at the repository root (the generated
+//! kustomization.yaml: deploy/crds, the chart rendered into deploy/base, and rules/ and
+//! templates/ as ConfigMaps) succeeds on the real control plane, the ClusterRole grants what the
+//! rules need and nothing beyond, and the mounted ConfigMaps project into directories `ruleop
+//! check` accepts.
 
 use std::process::Command;
 use std::time::Duration;
@@ -25,16 +27,16 @@ fn ruleop(args: &[&str]) -> std::process::Output {
         .expect("ruleop runs")
 }
 
-/// `kubectl apply -k deploy/`, once for all tests of this file: two applies at once race (both
-/// find the Namespace missing, the second create meets AlreadyExists).
+/// `kubectl apply -k .` in the repository root, once for all tests of this file: two applies at
+/// once race (both find the Namespace missing, the second create meets AlreadyExists).
 fn apply_deploy() {
     static APPLIED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
     let mut applied = APPLIED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if !*applied {
-        let out = kubectl(&["apply", "-k", &root().join("deploy").display().to_string()]);
+        let out = kubectl(&["apply", "-k", &root().display().to_string()]);
         assert!(
             out.status.success(),
-            "kubectl apply -k deploy/: {}",
+            "kubectl apply -k .: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         *applied = true;
@@ -215,28 +217,6 @@ fn the_mounted_configmaps_are_a_valid_rule_set() {
 }
 
 #[test]
-fn generated_deploy_files_are_fresh() {
-    let out = ruleop(&["rbac"]);
-    let committed = std::fs::read_to_string(root().join("deploy/rbac/clusterrole.yaml")).expect("clusterrole.yaml");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        committed,
-        "stale: run `make rbac`"
-    );
-    let generated = tempfile::tempdir().expect("tempdir");
-    let status = Command::new(root().join("scripts/sync-deploy-config.sh"))
-        .arg(generated.path().join("config"))
-        .status()
-        .expect("sync-deploy-config.sh runs");
-    assert!(status.success(), "make deploy-config failed");
-    let mut fresh = files_under(&generated.path().join("config"));
-    let mut committed = files_under(&root().join("deploy/config"));
-    fresh.sort();
-    committed.sort();
-    assert_eq!(committed, fresh, "stale: run `make deploy-config`");
-}
-
-#[test]
 fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
     apply_deploy();
     kubectl_ok(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]);
@@ -254,11 +234,11 @@ fn ruleop_run_as_the_deploy_service_account_converges_a_database() {
     );
 
     let ns = Namespace::new("deploy-sa");
-    // What the Deployment mounts: deploy/config (checked equal to rules/ and templates/ above).
+    // What the Deployment mounts: the ConfigMaps the root kustomization makes of these.
     let operator = Operator::start_on(
         &kubeconfig,
-        &root().join("deploy/config/rules"),
-        &root().join("deploy/config/templates"),
+        &root().join("rules"),
+        &root().join("templates"),
         &ns.0,
         &["--status-namespace", "ruleop-system"],
     );
@@ -480,16 +460,17 @@ fn the_admission_policy_holds_ruleops_service_account_to_its_namespaces_and_bind
         );
         assert!(!ok && err.contains(why), "{name}: {err}");
     }
-    // The policy's ClusterRoles are the ones RBAC lets ruleop bind.
+    // The policy's ClusterRoles are the ones RBAC lets ruleop bind (the chart's
+    // rbac.bindableClusterRoles, rendered into the ClusterRole ruleop-tenant-bind).
     let policy = std::fs::read_to_string(root().join("deploy/admission/policy.yaml")).expect("policy.yaml");
-    let bind = std::fs::read_to_string(root().join("deploy/rbac/tenant-bind.yaml")).expect("tenant-bind.yaml");
+    let bind = std::fs::read_to_string(root().join("deploy/helm/ruleop/values.yaml")).expect("values.yaml");
     assert!(
-        bind.contains("resourceNames: [admin, edit, view]"),
-        "tenant-bind.yaml changed"
+        bind.contains("bindableClusterRoles: [admin, edit, view]"),
+        "the chart's rbac.bindableClusterRoles changed"
     );
     assert!(
         policy.contains("object.roleRef.name in ['admin', 'edit', 'view']"),
-        "the policy's ClusterRoles differ from rbac/tenant-bind.yaml"
+        "the policy's ClusterRoles differ from the chart's rbac.bindableClusterRoles"
     );
     // Cluster admins are not matched.
     kubectl_ok(&["label", "namespace", &theirs.0, "team=payments"]);

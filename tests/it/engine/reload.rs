@@ -429,7 +429,10 @@ fn without_a_status_namespace_ruleop_says_where_status_goes_and_stops_if_it_may_
     kubectl_ok(&[
         "apply",
         "-f",
-        &root().join("deploy/rbac/clusterrole.yaml").display().to_string(),
+        &root()
+            .join("deploy/helm/ruleop/files/clusterrole.yaml")
+            .display()
+            .to_string(),
     ]);
     let binding = format!("{}-ruleop", ns.0);
     kubectl_ok(&[

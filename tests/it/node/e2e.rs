@@ -136,10 +136,10 @@ fn a_template_change_applied_with_kustomize_reaches_every_child_through_the_kube
         })
     });
 
-    // As docs/operations/deploy.md says: edit the template, apply -k. (deploy/config holds the copies that
-    // `make deploy-config` writes from templates/.)
+    // As docs/operations/deploy.md says: edit the template, apply -k. (repo/ holds the copies of
+    // the repository's install, templates/ among them.)
     for template in ["service.yaml.j2", "statefulset.yaml.j2"] {
-        ruleop.edit(&format!("deploy/config/templates/database/{template}"), |text| {
+        ruleop.edit(&format!("repo/templates/database/{template}"), |text| {
             text.replacen("  labels:\n", "  labels:\n    e2e.ruleop.io/edit: \"1\"\n", 1)
         });
     }
@@ -178,7 +178,7 @@ fn an_invalid_rule_edit_keeps_the_last_good_rules_running_and_says_rejected_with
     let ruleop = ruleop.as_ref().expect("installed");
     let ns = Namespace::new("e2e-bad");
 
-    ruleop.edit("deploy/config/rules/database.yaml", |text| {
+    ruleop.edit("repo/rules/database.yaml", |text| {
         text.replacen("  resync: 10m\n", "  resync: 10m\n  bogusField: true\n", 1)
     });
     let start = Instant::now();
@@ -187,7 +187,7 @@ fn an_invalid_rule_edit_keeps_the_last_good_rules_running_and_says_rejected_with
         node::status("state") == "Rejected"
     });
     eprintln!("invalid edit applied -> Rejected in {} ms", ms(start));
-    let edited = std::fs::read_to_string(ruleop.dir().join("deploy/config/rules/database.yaml")).expect("rules");
+    let edited = std::fs::read_to_string(ruleop.dir().join("repo/rules/database.yaml")).expect("rules");
     let line = 1 + edited
         .lines()
         .position(|l| l.contains("bogusField"))

@@ -90,7 +90,7 @@ fn an_image_that_cannot_be_pulled_halts_the_rollout_after_its_first_step() {
     let percent = first_step_moving_some_of(&ns.0);
     // First the policy (a long pause, no failure allowed), on its own, so the template edit
     // after it is staged whichever ConfigMap volume the kubelet refreshes first.
-    ruleop.edit("deploy/config/rules/database.yaml", |text| {
+    ruleop.edit("repo/rules/database.yaml", |text| {
         format!("{text}  rollout:\n    steps:\n      - {{percent: {percent}, pause: 10m}}\n      - {{percent: 100}}\n    maxFailures: 0\n")
     });
     ruleop.apply();
@@ -101,7 +101,7 @@ fn an_image_that_cannot_be_pulled_halts_the_rollout_after_its_first_step() {
     let old_image = before.values().next().expect("a StatefulSet").0.clone();
     // An image on a registry at a loopback port nothing listens on: containerd's pull is refused
     // on this machine (nothing is sent elsewhere), which is an ImagePull failure like a missing tag.
-    ruleop.edit("deploy/config/templates/database/statefulset.yaml.j2", |text| {
+    ruleop.edit("repo/templates/database/statefulset.yaml.j2", |text| {
         text.replacen(
             "image: postgres:{{ spec.version }}",
             "image: 127.0.0.1:1/ruleop-missing/postgres:{{ spec.version }}\n          imagePullPolicy: IfNotPresent",

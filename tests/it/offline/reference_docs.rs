@@ -1,5 +1,5 @@
-//! docs/reference/cli.md and docs/reference/metrics.md are what `ruleop reference` prints now
-//! (`make reference` regenerates them), and the hand-written metric guide names every family.
+//! The hand-written metric guide names every family of the generated metrics reference (its
+//! freshness, with every generated file's: generated.rs).
 
 use std::path::Path;
 use std::process::Command;
@@ -15,22 +15,6 @@ fn reference(page: &str) -> String {
         .expect("run ruleop reference");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("UTF-8 Markdown")
-}
-
-#[test]
-fn the_committed_cli_reference_is_what_clap_says() {
-    assert!(
-        committed("docs/reference/cli.md") == reference("cli"),
-        "docs/reference/cli.md is stale: run `make reference`"
-    );
-}
-
-#[test]
-fn the_committed_metrics_reference_is_what_the_registry_says() {
-    assert!(
-        committed("docs/reference/metrics.md") == reference("metrics"),
-        "docs/reference/metrics.md is stale: run `make reference`"
-    );
 }
 
 #[test]

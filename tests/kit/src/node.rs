@@ -1,6 +1,6 @@
 //! The test cluster with a node (tests/node): a control plane started by `ctl.sh start --node`
 //! (or reused from `RULEOP_NODE_KUBECONFIG`, which `make test` sets), and ruleop installed in it
-//! as docs/operations/deploy.md says, `kubectl apply -k` of deploy/ (through the test overlay, see
+//! as docs/operations/deploy.md says, `kubectl apply -k` of the repository (through the test overlay, see
 //! tests/node/overlay.sh), running as a Pod. Tests that use the installation take it in turn
 //! ([`ruleop`]), and a test that installs it another way (Helm) takes the same turn without it
 //! ([`without_ruleop`]): there is one `ruleop-system` namespace.
@@ -68,7 +68,7 @@ pub(super) fn control_plane() -> ControlPlane {
 }
 
 /// ruleop installed from the test overlay: the kustomization it was applied from (copies of
-/// deploy/ and the overlay that a test may edit and apply again) and the fingerprint of the
+/// the repository's install in `repo/`, and the overlay, that a test may edit and apply again) and the fingerprint of the
 /// shipped rules, which [`ruleop`] restores before each test.
 pub struct Installation {
     dir: tempfile::TempDir,
@@ -162,7 +162,8 @@ fn forget_status_and_wait_for_no_pod() {
 }
 
 impl Installation {
-    /// The kustomization directory (`kubectl apply -k` it); deploy/ is copied to `deploy/` in it.
+    /// The kustomization directory (`kubectl apply -k` it); the repository's install (its
+    /// kustomization.yaml, rules/, templates/, deploy/crds, deploy/base) is copied to `repo/` in it.
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }

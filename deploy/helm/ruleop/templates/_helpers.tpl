@@ -3,12 +3,12 @@
 app.kubernetes.io/name: ruleop
 {{- end }}
 
-{{/* A name made of a template directory: "team/app" -> "team-app", as scripts/sync-deploy-config.sh does. */}}
+{{/* A name made of a template directory: "team/app" -> "team-app" (scripts/generate.sh names the kustomize install's ConfigMaps the same way). */}}
 {{- define "ruleop.dirName" -}}
 {{- . | replace "/" "-" | replace "_" "-" | replace "." "-" -}}
 {{- end }}
 
-{{/* The rule files: file name -> text (values rules.files, or the chart's copy of rules/). */}}
+{{/* The rule files: file name -> text (values rules.files, or rules/ through the symlink files/rules). */}}
 {{- define "ruleop.ruleFiles" -}}
 {{- if .Values.rules.files }}
 {{- toJson .Values.rules.files }}
@@ -21,7 +21,7 @@ app.kubernetes.io/name: ruleop
 {{- end }}
 {{- end }}
 
-{{/* The templates: directory -> {file name -> text} (values rules.templates with rules.files, or the chart's copy of templates/). */}}
+{{/* The templates: directory -> {file name -> text} (values rules.templates with rules.files, or templates/ through the symlink files/templates). */}}
 {{- define "ruleop.templateDirs" -}}
 {{- if .Values.rules.files }}
 {{- toJson .Values.rules.templates }}
