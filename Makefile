@@ -11,7 +11,7 @@ unit:            ## the tests that need no control plane (lib, fixtures, CLI, Ru
 	scripts/unit.sh
 
 measure-console: ## the web console's page times at CONSOLE_N (default 1000) parents (a measurement; docs/operations/console.md)
-	cargo bench --locked --bench console
+	bench/tool.sh console
 
 check:           ## validate the shipped rules
 	cargo run --quiet -- check --rules rules --templates templates
@@ -23,16 +23,16 @@ bench:           ## convergence benchmark: ruleop vs a floor, kopf and kro (BENC
 	bench/run.sh
 
 soak:            ## chaos soak (issue 29): SOAK_MINUTES (60) of faults over SOAK_PARENTS (1000) Databases, 3 sharded replicas; SOAK_SEED replays; bench/README.md
-	cargo bench --locked --bench soak $(if $(SOAK_PROFILE),--profile $(SOAK_PROFILE))
+	$(if $(SOAK_PROFILE),BENCH_PROFILE=$(SOAK_PROFILE)) bench/tool.sh soak
 
 measure-memory:  ## the operator's RSS over MEMORY_N (default 1000) converged Databases, and after a restart (a measurement, not a test)
-	MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 cargo bench --locked --bench memory
+	MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=0 bench/tool.sh memory
 
 measure-writes:  ## the API server's writes for WRITES_N (default 100) Databases converging, then a template edit (a measurement)
-	cargo bench --locked --bench writes
+	bench/tool.sh writes
 
 measure-unsharded: ## one replica, no shards, over tests/it/exclusive/sharding.rs's 300 parents: time, writes, CPU, RSS (docs/operations/sharding.md)
-	cargo bench --locked --bench unsharded
+	bench/tool.sh unsharded
 
 control-plane:   ## build the control plane binary only
 	tests/apiserver/ctl.sh build

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # `make bench`: builds what the convergence benchmark needs, runs the render benchmark
-# (cargo bench --bench plan) and then the convergence benchmark (benches/convergence/), which
-# starts its own control plane in target/control-plane-bench and writes bench/results/.
+# (cargo bench --bench plan) and then the convergence benchmark (`ruleop-bench convergence`,
+# bench/harness/src/convergence/, through bench/tool.sh), which starts its own control plane in
+# target/control-plane-bench and writes bench/results/.
 # Everything started here is stopped on exit, also on failure or Ctrl-C.
 #
 # Environment: BENCH_N (default "100,1000"; e.g. BENCH_N=20 for a smoke run, BENCH_N=10000 for the
 # large run), BENCH_CONTENDERS (default "floor,ruleop,kopf,ruleop-children,kro"), BENCH_TIMEOUT_S
 # (default 5400 s plus 0.5 s per parent and contender), BENCH_SKIP_PLAN=1 to skip the render
-# benchmark; more in benches/convergence/ and bench/README.md.
+# benchmark; more in bench/harness/src/convergence/ and bench/README.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -39,16 +40,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# The harness runs the ruleop binary `cargo bench` builds (bench profile, target/release/ruleop);
-# a separate `cargo build --release` would compile much of the tree a second time (without the
-# dev-dependencies its features resolve differently, so it shares few artifacts with the bench
-# build): 15+ minutes more on the loaded 2-core machine.
-echo "== building ruleop and the benchmarks (bench profile) and the control plane" >&2
-benches=(--bench convergence)
-[[ "${BENCH_SKIP_PLAN:-}" == 1 ]] || benches+=(--bench plan)
-cargo bench --locked --quiet --no-run "${benches[@]}"
+# The tool runs the ruleop binary bench/tool.sh builds beside it (release profile,
+# target/release/ruleop). The tool's manifest switches on the features `cargo bench` adds
+# (bench/harness/Cargo.toml), so the render benchmark's build shares most of its artifacts.
+echo "== building ruleop, the measurement tool and the render benchmark (${BENCH_PROFILE:-release}) and the control plane" >&2
+bench/tool.sh --build
+[[ "${BENCH_SKIP_PLAN:-}" == 1 ]] || cargo bench --locked --quiet --no-run --bench plan
 
-# The benchmark's plane serves Service ClusterIPs from a /12 (benches/convergence/plane.rs): the
+# The benchmark's plane serves Service ClusterIPs from a /12 (bench/harness/src/convergence/plane.rs): the
 # default /16 holds 65,534 Services, too few for N=100,000.
 [[ -x tests/apiserver/bin/apiserver ]] || "$ctl" build
 export BENCH_CTL="${BENCH_CTL:-$PWD/$ctl}"
@@ -65,7 +64,7 @@ if [[ ",$contenders," == *,kopf,* ]]; then
 fi
 
 # The kro peer: its controller `go install`ed at a pinned version (keep in step with KRO_VERSION in
-# benches/convergence/contenders/kro.rs) and its CRDs from the module's helm/crds.
+# bench/harness/src/convergence/contenders/kro.rs) and its CRDs from the module's helm/crds.
 kro_version=v0.9.4
 kro_home="$PWD/target/kro-$kro_version"
 if [[ ",$contenders," == *,kro,* ]] &&
@@ -89,4 +88,4 @@ echo "== convergence benchmark (BENCH_N=${BENCH_N:-100,1000})" >&2
 # (fd 9, the lock, is not passed on: a leftover process must not hold it)
 # (a backstop only: the harness bounds itself by BENCH_TIMEOUT_S, whose default grows with N)
 timeout --signal=TERM --kill-after=120 "$((${BENCH_TIMEOUT_S:-36000} + 300))" \
-  cargo bench --locked --bench convergence 9>&-
+  bench/tool.sh convergence 9>&-

@@ -14,7 +14,8 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "format and lints"
 cargo fmt --check
-cargo clippy --all-targets --locked -- -D warnings
+# Every workspace member: ruleop, the test-kit (tests/kit) and the measurement tool (bench/harness).
+cargo clippy --workspace --all-targets --locked -- -D warnings
 # The library alone, as the release binary builds it (no dev-dependency turns `fuzzing` on).
 cargo clippy --locked -- -D warnings
 

@@ -1,6 +1,6 @@
 """The Database operator of rules/database.yaml + templates/database/, hand-written with kopf.
 
-Measurement code for benches/convergence.rs (the "peer"), not product. On create, update and
+Measurement code for `ruleop-bench convergence` (the "peer"), not product. On create, update and
 resume of a Database (myorg.io/v1): create or patch a Service and a StatefulSet of the same
 shape as templates/database/*.j2 (owner references via kopf.adopt), create the backup Job once
 per metadata.generation (guarded by status.actions.backup.guardValue), and write

@@ -1,4 +1,4 @@
-//! Every relative link in README.md, docs/**/*.md, examples/**/*.md and bench/README.md resolves: the file (or
+//! Every relative link in README.md, docs/**/*.md, examples/**/*.md, bench/README.md and bench/history/*.md resolves: the file (or
 //! directory) exists, and a `#anchor` into a Markdown file names one of its headings.
 
 use std::collections::BTreeSet;
@@ -15,7 +15,11 @@ fn documents() -> Vec<PathBuf> {
     let root = root();
     let mut files = vec![root.join("README.md"), root.join("bench/README.md")];
     let walk = |dir: &str| WalkDir::new(root.join(dir)).sort_by_file_name();
-    for entry in walk("docs").into_iter().chain(walk("examples")) {
+    for entry in walk("docs")
+        .into_iter()
+        .chain(walk("examples"))
+        .chain(walk("bench/history"))
+    {
         let entry = entry.expect("walk docs/ and examples/");
         if entry.file_type().is_file() && entry.path().extension().is_some_and(|e| e == "md") {
             files.push(entry.into_path());
