@@ -1,7 +1,9 @@
 //! Tests that need no control plane: the CLI, fixtures and their snapshots, RuleTest, the
-//! injection guard, fuzz regressions, import layers, docs links, the metric guide, the freshness
-//! of every generated file and the bench README's generated figures (`make unit` runs these).
+//! injection guard, fuzz regressions, import layers, docs links, the architecture page, the
+//! metric guide, the freshness of every generated file and the bench README's generated figures
+//! (`make unit` runs these).
 
+mod architecture_page;
 mod bench_figures;
 mod cli;
 mod docs_links;
