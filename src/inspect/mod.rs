@@ -6,4 +6,5 @@ pub(crate) mod diff;
 pub(crate) mod live;
 pub(crate) mod rollout;
 pub(crate) mod status;
+pub(crate) mod tenant_text;
 pub(crate) mod trace;

@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::cache::discovery::Kinds;
 use crate::engine::diagnostic::bounded;
 use crate::engine::rules::RuleSet;
+use crate::inspect::tenant_text::clean;
 use crate::offline::Sources;
 
 /// Parents listed per rule as failing or behind.
@@ -221,8 +222,14 @@ fn summarise(summary: &mut RuleStatus, parents: &[Value]) {
     summary.failing = failing;
 }
 
-/// The report as text.
+/// The report as text, with every control character a tenant (or anyone who can write a Lease
+/// or a parent's status) put into a name, reason or message written out as `\u{…}`, as `trace`
+/// does: the text goes to a terminal.
 pub(crate) fn text(status: &Status, status_namespace: &str) -> String {
+    clean(&text_raw(status, status_namespace))
+}
+
+fn text_raw(status: &Status, status_namespace: &str) -> String {
     let field = |key: &str| status.reload.get(key).map_or("", String::as_str);
     let mut out = String::new();
     if status.reload.is_empty() {
@@ -297,6 +304,26 @@ mod tests {
             .collect();
         json!({"metadata": {"namespace": "shop", "name": name, "generation": generation},
                "status": {"observedGeneration": observed, "conditions": conditions}})
+    }
+
+    /// Issue 48, item 8: a Ready message with 4 ESC and 1 BEL (window title, clear screen, a fake
+    /// line) reached the terminal raw; `trace` escaped them, `status` did not.
+    #[test]
+    fn a_tenants_escape_sequences_are_written_out_not_sent_to_the_terminal() {
+        let mut summary = RuleStatus::default();
+        let mut hostile = parent("evil", Some(("False", "2026-01-01T00:00:00Z")), 1, 1);
+        hostile["status"]["conditions"][0]["message"] =
+            json!("\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[H\u{1b}[32mrule db: 1 Ready=True");
+        summarise(&mut summary, &[hostile]);
+        let status = Status {
+            reload: BTreeMap::from([("state".into(), "Loaded".into())]),
+            leases: BTreeMap::from([("ruleop-leader".into(), "pod\u{1b}[31m".into())]),
+            rules: vec![summary],
+        };
+        let shown = text(&status, "ruleop");
+        assert!(!shown.chars().any(|c| c.is_control() && c != '\n'), "{shown:?}");
+        assert!(shown.contains("\\u{1b}]0;pwned\\u{7}\\u{1b}[2J"), "{shown}");
+        assert!(shown.contains("lease ruleop-leader: pod\\u{1b}[31m"), "{shown}");
     }
 
     #[test]

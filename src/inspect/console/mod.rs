@@ -27,7 +27,8 @@ use crate::cache::discovery::Kinds;
 use crate::engine::diagnostic::bounded;
 use crate::engine::rules::RuleSet;
 use crate::inspect::status::{self, Status};
-use crate::inspect::trace::model::{Trace, clean};
+use crate::inspect::tenant_text::clean;
+use crate::inspect::trace::model::Trace;
 use crate::inspect::trace::{NotFound, Session};
 use crate::offline::Sources;
 

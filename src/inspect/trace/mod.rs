@@ -320,7 +320,7 @@ impl<'a> Session<'a> {
             .iter()
             .filter_map(|p| p.pointer("/metadata/name").and_then(Value::as_str))
             .take(LISTED)
-            .map(|n| model::clean(&bounded(n, 253)))
+            .map(|n| crate::inspect::tenant_text::clean(&bounded(n, 253)))
             .collect();
         let listing = if names.is_empty() {
             format!("there is no {} {place}", watch.kind)
@@ -336,7 +336,7 @@ impl<'a> Session<'a> {
         NotFound(format!(
             "{} {:?} not found {place}; {listing}",
             watch.kind,
-            model::clean(&bounded(&self.name, 253))
+            crate::inspect::tenant_text::clean(&bounded(&self.name, 253))
         ))
         .into()
     }
@@ -369,7 +369,7 @@ fn find_rule<'a>(set: &'a RuleSet, kinds: &Kinds, kind: &str) -> anyhow::Result<
         .collect();
     anyhow::bail!(
         "no rule watches {:?}; the rules watch: {}",
-        model::clean(&bounded(kind, 253)),
+        crate::inspect::tenant_text::clean(&bounded(kind, 253)),
         if watched.is_empty() {
             "nothing".to_owned()
         } else {

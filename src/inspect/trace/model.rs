@@ -19,6 +19,7 @@ use crate::engine::plan::lookups::LookupRead;
 use crate::engine::plan::{Plan, PlanError, READY, actions, foreach, label};
 use crate::engine::rules::Rule;
 use crate::engine::rules::model::{Scaling, UpdateStrategy};
+use crate::inspect::tenant_text::clean;
 
 /// Objects of one `forEach` child shown one by one; the rest are folded into counts.
 pub(crate) const ITEMS_SHOWN: usize = 20;
@@ -687,23 +688,6 @@ fn short(text: &str) -> String {
 /// A tenant's long text (messages, notes), bounded and without control characters but newlines.
 fn message(text: &str) -> String {
     clean(&bounded(text, MESSAGE_LIMIT))
-}
-
-/// `text` with every control character but newline and tab written as `\u{…}`, so a name or
-/// message cannot move the cursor, recolour or clear a terminal.
-pub(crate) fn clean(text: &str) -> String {
-    if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
-        return text.to_owned();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -180,8 +180,8 @@ pub(crate) fn tree(trace: &Trace, colour: bool) -> String {
             let _ = writeln!(
                 out,
                 "  {}: {} — {found}",
-                super::model::clean(&lookup.id),
-                super::model::clean(&what)
+                crate::inspect::tenant_text::clean(&lookup.id),
+                crate::inspect::tenant_text::clean(&what)
             );
         }
     }
