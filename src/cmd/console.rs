@@ -24,6 +24,12 @@ pub(crate) struct Args {
     /// Namespace of the `ruleop-status` ConfigMap and the Leases (ruleop's own namespace).
     #[arg(long, env = "RULEOP_STATUS_NAMESPACE", default_value = "ruleop-system")]
     status_namespace: String,
+    /// A host name (or address) the console may be reached by, besides `localhost`, 127.0.0.1,
+    /// [::1] and the `--addr` address: a request naming any other `Host` is refused with 421, so
+    /// a page on another site cannot read the console through DNS rebinding (repeat the flag, or
+    /// separate with commas).
+    #[arg(long = "allowed-host", env = "RULEOP_CONSOLE_ALLOWED_HOSTS", value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
 }
 
 /// Serves until stopped; exit 2 when it cannot start.
@@ -32,7 +38,12 @@ pub(crate) fn run(args: Args) -> ExitCode {
         sources,
         addr,
         status_namespace,
+        allowed_hosts,
     } = args;
-    let options = inspect::console::Options { addr, status_namespace };
+    let options = inspect::console::Options {
+        addr,
+        status_namespace,
+        allowed_hosts,
+    };
     ExitCode::from(inspect::console::command(&sources.into(), &options))
 }

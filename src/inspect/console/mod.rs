@@ -9,6 +9,7 @@
 //! condition, never their spec), and does with the cluster only what `trace` does: GET, LIST
 //! and dry runs. It is not part of `ruleop run`: nothing serves it unless this command runs.
 
+mod hosts;
 pub(crate) mod pages;
 
 use std::net::SocketAddr;
@@ -45,6 +46,8 @@ pub(crate) struct Options {
     pub addr: SocketAddr,
     /// Namespace of the `ruleop-status` ConfigMap and the Leases.
     pub status_namespace: String,
+    /// Host names (beyond loopback and the bound address) a request may name.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// What every request reads: the rules, a client and the resolved kinds.
@@ -88,16 +91,21 @@ async fn serve(set: RuleSet, options: &Options) -> anyhow::Result<()> {
         kinds,
         status_namespace: options.status_namespace.clone(),
     });
-    println!("console: http://{bound}/ (read-only)");
+    let hosts = hosts::AllowedHosts::new(bound, &options.allowed_hosts);
+    println!(
+        "console: http://{bound}/ (read-only; answers requests for {})",
+        hosts.names().join(", ")
+    );
     tokio::select! {
-        () = crate::ops::http::serve_limited(listener, router(console)) => {}
+        () = crate::ops::http::serve_limited(listener, router(console, hosts)) => {}
         _ = tokio::signal::ctrl_c() => {}
     }
     Ok(())
 }
 
-/// The routes: HTML pages, and the JSON they are made of under `/api/`. GET (and HEAD) only.
-fn router(console: Arc<Console>) -> Router {
+/// The routes: HTML pages, and the JSON they are made of under `/api/`. GET (and HEAD) only, for
+/// the allowed hosts only ([`hosts`]); no CORS header, so no other origin may read an answer.
+fn router(console: Arc<Console>, hosts: hosts::AllowedHosts) -> Router {
     Router::new()
         .route("/", get(home))
         .route("/rules/{rule}", get(parents_page))
@@ -106,6 +114,10 @@ fn router(console: Arc<Console>) -> Router {
         .route("/api/rules/{rule}/parents", get(api_parents))
         .route("/api/trace", get(api_trace))
         .with_state(console)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(hosts),
+            hosts::only_allowed_hosts,
+        ))
 }
 
 // === the values ===

@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::console::{Console, chromium, dom, headless, request};
+use crate::support::console::{Console, chromium, dom, headless, request, request_for_host};
 use crate::support::*;
 use serde_json::Value;
 
@@ -140,7 +140,7 @@ fn parents_are_paged_and_filtered_by_ready() {
 }
 
 #[test]
-fn the_console_answers_get_only_and_ruleop_run_serves_none() {
+fn the_console_answers_get_only_for_its_own_hosts_and_ruleop_run_serves_none() {
     let ns = Namespace::new("console-off");
     install_crds();
     let console = Console::start();
@@ -149,6 +149,23 @@ fn the_console_answers_get_only_and_ruleop_run_serves_none() {
             let (code, _) = request(&console.url, method, path);
             assert_eq!(code, 405, "{method} {path}");
         }
+    }
+    // Issue 48, item 7: a request naming another site's host (DNS rebinding) is refused; the
+    // loopback names and the bound address are answered.
+    let port = console.url.rsplit(':').next().unwrap_or_default();
+    for host in [
+        "rebind.attacker.example",
+        &format!("rebind.attacker.example:{port}"),
+        "",
+    ] {
+        for path in ["/api/status", "/api/trace?rule=database&namespace=x&name=y", "/"] {
+            let (code, body) = request_for_host(&console.url, "GET", path, host);
+            assert_eq!(code, 421, "Host {host:?} {path}: {body}");
+        }
+    }
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let (code, body) = request_for_host(&console.url, "GET", "/api/status", &host);
+        assert_eq!(code, 200, "Host {host}: {body}");
     }
     let (code, body) = request(&console.url, "GET", "/api/rules/nothing/parents");
     assert_eq!(code, 404, "{body}");

@@ -83,8 +83,14 @@ pub fn dom(url: &str) -> String {
 
 /// One raw HTTP/1.1 request; the status code and body.
 pub fn request(url: &str, method: &str, path: &str) -> (u16, String) {
-    let host = url.trim_start_matches("http://");
-    let mut stream = TcpStream::connect(host).expect("connect to the console");
+    request_for_host(url, method, path, url.trim_start_matches("http://"))
+}
+
+/// One raw HTTP/1.1 request to `url` naming `host` in its `Host` header (what a browser sends
+/// for a page on that host, even when the name resolves to the console's address).
+pub fn request_for_host(url: &str, method: &str, path: &str, host: &str) -> (u16, String) {
+    let addr = url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(addr).expect("connect to the console");
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
