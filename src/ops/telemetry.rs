@@ -30,7 +30,7 @@ const DEFAULT_FILTER: &str = "info,kube=warn";
 /// The same with kube's `reconciling object` span, the parent of each reconcile's span, for trace
 /// export. Logs leave it out: each `reconcile` span carries the same fields, and kube enters and
 /// leaves its span on every poll of a reconcile, 7% of the operator's CPU in a profile of 1,000
-/// Databases converging (bench/README.md, 2026-12-07).
+/// Databases converging (bench/history/2026-12-07.md).
 const DEFAULT_FILTER_TRACES: &str = "info,kube=warn,kube_runtime::controller=info";
 
 /// Installs the global subscriber: logs (JSON lines when `json`, else text) filtered by `RUST_LOG`

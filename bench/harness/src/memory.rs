@@ -9,7 +9,7 @@
 //!
 //! (bench/tool.sh builds the release binary it runs; `RULEOP_BIN` names another)
 //!
-//! (the two allocator settings are deploy/deployment.yaml's; the operator inherits them)
+//! (the two allocator settings are the chart's Deployment's, deploy/helm/ruleop/templates/deployment.yaml; the operator inherits them)
 
 use std::time::{Duration, Instant};
 

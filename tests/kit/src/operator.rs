@@ -125,7 +125,7 @@ impl Operator {
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,ruleop=debug,kube=warn,kube_runtime::controller=info")
             .env("NO_COLOR", "1")
-            // The allocator settings deploy/deployment.yaml runs ruleop with.
+            // The allocator settings the Deployment (deploy/helm/ruleop/templates/deployment.yaml) runs ruleop with.
             .env("MIMALLOC_ALLOW_THP", "0")
             .env("MIMALLOC_PURGE_DELAY", "0")
             .stdin(Stdio::null())

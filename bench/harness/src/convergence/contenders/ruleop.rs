@@ -89,7 +89,7 @@ impl Contender for Ruleop {
             .args(["--admin-addr", &admin])
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
-            // The allocator settings deploy/deployment.yaml runs ruleop with.
+            // The allocator settings the Deployment (deploy/helm/ruleop/templates/deployment.yaml) runs ruleop with.
             .env("MIMALLOC_ALLOW_THP", "0")
             .env("MIMALLOC_PURGE_DELAY", "0");
         Ok(Launch {
