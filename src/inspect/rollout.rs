@@ -235,10 +235,13 @@ pub(crate) fn render_revision(
     let rule = rule_of_parent(&files, inputs.file)?;
     let runtime =
         crate::inspect::live::runtime().ok_or_else(|| CommandError("cannot start the async runtime".to_owned()))?;
-    let mut set = runtime
+    let kept = runtime
         .block_on(kept_set(&rule, revision, status_namespace))
         .map_err(|e| CommandError(format!("error: {e:#}")))?;
-    set.schemas = files.schemas;
+    let set = RuleSet {
+        schemas: files.schemas,
+        ..kept
+    };
     render_with(&set, inputs)
 }
 

@@ -57,7 +57,7 @@ pub struct CommandError(pub String);
 /// Loads the rules and checks them against the schemas `schemas` names: the set, carrying
 /// those schemas, and the warnings (kinds that have none).
 pub(crate) fn load_checked(sources: &Sources, schemas: &SchemaSources) -> Result<(RuleSet, Vec<String>), CommandError> {
-    let mut set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
+    let set = load(&sources.rules, &sources.templates).map_err(|d| CommandError(d.to_string()))?;
     let mut catalog = Catalog::read(&schemas.paths(&sources.rules)).map_err(|d| CommandError(d.to_string()))?;
     let generated = schema_check::crd::check_committed(&set, &mut catalog);
     let mut report = schema_check::rule_check::check(&set, &catalog, &sources.templates);
@@ -68,6 +68,12 @@ pub(crate) fn load_checked(sources: &Sources, schemas: &SchemaSources) -> Result
             crate::engine::diagnostic::Diagnostics(report.errors).to_string(),
         ));
     }
-    set.schemas = catalog;
-    Ok((set, report.warnings))
+    // The set is built here, once: loaded, then given the schemas it was checked against.
+    Ok((
+        RuleSet {
+            schemas: catalog,
+            ..set
+        },
+        report.warnings,
+    ))
 }
